@@ -1,0 +1,212 @@
+//! Game plugins.
+//!
+//! A protocol is a game's rules packaged so that any reader can referee it: a spec document
+//! (the `spec.json` format of the Aigenora protocol reference) whose contract subset hashes
+//! to the **protocol id**, rule validation against the spec's declared parameters, a pure
+//! reducer, a per-seat redactor and a text renderer.
+//!
+//! The raw state of a game is a [`Board`]. `Board` is deliberately not `Serialize`: the only
+//! way to turn a game into something a client can see is [`Board::view`], which returns a
+//! [`View`] for one viewer. A raw state (with the other seat's secrets in it) therefore
+//! cannot be sent to a seat by mistake: it does not compile.
+//!
+//! Adding a game means adding one module that implements [`Protocol`] and one line in
+//! [`Registry::builtin`].
+
+use crate::event::{Seat, Status};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::fmt;
+use std::sync::Arc;
+
+/// Who is looking at a game.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Viewer {
+    Seat(Seat),
+    Spectator,
+}
+
+/// How a game was won.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WinBy {
+    /// k in a row.
+    Line,
+    /// The other seat resigned.
+    Resign,
+    /// First to the target score (rock-paper-scissors).
+    Score,
+}
+
+/// A game's result: `{"status", "winner", "by"}` on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GameResult {
+    pub status: Status,
+    pub winner: Option<Seat>,
+    pub by: Option<WinBy>,
+}
+
+impl GameResult {
+    pub const IN_PROGRESS: GameResult = GameResult {
+        status: Status::InProgress,
+        winner: None,
+        by: None,
+    };
+    pub const DRAW: GameResult = GameResult {
+        status: Status::Draw,
+        winner: None,
+        by: None,
+    };
+
+    pub fn win(winner: Seat, by: WinBy) -> Self {
+        GameResult {
+            status: Status::Win,
+            winner: Some(winner),
+            by: Some(by),
+        }
+    }
+
+    pub fn is_over(&self) -> bool {
+        self.status != Status::InProgress
+    }
+}
+
+/// What one viewer may see of a game: the only serializable form of a board.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct View(pub Value);
+
+/// A move the protocol refuses; `detail` is the wire detail of `illegal_move`
+/// (`bad_move`, `occupied`, `out_of_bounds`, `column_full`, `commit_mismatch`, `phase`, …).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoveError {
+    pub detail: &'static str,
+}
+
+impl MoveError {
+    pub const BAD_MOVE: MoveError = MoveError { detail: "bad_move" };
+}
+
+impl fmt::Display for MoveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.detail)
+    }
+}
+
+impl std::error::Error for MoveError {}
+
+/// What a custodian (the hub for a hub-held seat, or the local agent) must write for the
+/// seat whose turn it is, in a commit-reveal protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CustodyStep {
+    /// The seat commits to a choice: the custodian writes `{"commit": sha256(choice:nonce)}`.
+    Commit,
+    /// The seat reveals the choice behind its own earlier commit, written at `commit_seq`.
+    Reveal { commit: String, commit_seq: u64 },
+}
+
+/// A game plugin. Implementations are stateless descriptions; per-game state is a [`Board`].
+pub trait Protocol: Send + Sync + fmt::Debug {
+    /// Every catalog ref this protocol answers to; the first is its canonical name
+    /// (e.g. `pipehub:tic-tac-toe`, then the alias `flurryport:tic-tac-toe`).
+    fn refs(&self) -> &[&'static str];
+
+    /// The spec document (its JSON text, as shipped).
+    fn spec(&self) -> &Value;
+
+    /// The protocol id: SHA-256 of the spec's contract subset (see [`spec`]).
+    fn id(&self) -> &str;
+
+    /// Validates a start's `rules` (without `keys` and `inboxes`, which the verifier
+    /// handles) against the spec's parameters and fills in defaults. The error is the
+    /// `bad_rules` detail.
+    fn rules(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, String>;
+
+    /// A fresh board for validated rules.
+    fn new_board(&self, rules: &Map<String, Value>) -> Box<dyn Board>;
+}
+
+/// The raw state of one game. Not serializable on purpose: see the module docs.
+pub trait Board: Send + Sync + fmt::Debug {
+    /// Checks a move by `seat` (a payload that passed the section-1 checks) without
+    /// changing the board.
+    fn legal(&self, seat: Seat, mv: &Value) -> Result<(), MoveError>;
+
+    /// Applies a move. Leaves the board unchanged and returns the error when the move is
+    /// not legal.
+    fn apply(&mut self, seat: Seat, mv: &Value) -> Result<(), MoveError>;
+
+    /// The result of the game as it stands (ignoring resignations, which the verifier
+    /// records itself).
+    fn outcome(&self) -> GameResult;
+
+    /// The redactor: what `viewer` may know. A seat's view and the spectator view never
+    /// contain the other seat's secrets.
+    fn view(&self, viewer: Viewer) -> View;
+
+    /// A small text board for `viewer`, built from the same redacted knowledge as `view`.
+    fn render(&self, viewer: Viewer) -> String;
+
+    /// For commit-reveal protocols: what `seat` must write next, if it is `seat`'s turn to
+    /// commit or reveal. `None` for every other protocol.
+    fn custody(&self, _seat: Seat) -> Option<CustodyStep> {
+        None
+    }
+
+    fn box_clone(&self) -> Box<dyn Board>;
+}
+
+impl Clone for Box<dyn Board> {
+    fn clone(&self) -> Self {
+        self.box_clone()
+    }
+}
+
+/// The protocols a reader knows, looked up by ref.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    protocols: Vec<Arc<dyn Protocol>>,
+    default_ref: String,
+}
+
+impl Registry {
+    pub const DEFAULT_REF: &'static str = "pipehub:tic-tac-toe";
+
+    /// Every built-in protocol, with `pipehub:tic-tac-toe` as the default for starts that
+    /// name none.
+    pub fn builtin() -> Registry {
+        let protocols: Vec<Arc<dyn Protocol>> = vec![
+            // One line per game.
+        ];
+        Registry {
+            protocols,
+            default_ref: Self::DEFAULT_REF.to_string(),
+        }
+    }
+
+    /// Sets the protocol that a start with no `protocol` field means. Returns `None` when
+    /// this registry does not know `r`.
+    pub fn with_default(mut self, r: &str) -> Option<Registry> {
+        self.get(r)?;
+        self.default_ref = r.to_string();
+        Some(self)
+    }
+
+    pub fn default_ref(&self) -> &str {
+        &self.default_ref
+    }
+
+    /// Exact, case-sensitive lookup by any of a protocol's refs.
+    pub fn get(&self, r: &str) -> Option<&Arc<dyn Protocol>> {
+        self.protocols.iter().find(|p| p.refs().contains(&r))
+    }
+
+    /// The protocol a start means: its `protocol` field, or the default.
+    pub fn resolve(&self, r: Option<&str>) -> Option<&Arc<dyn Protocol>> {
+        self.get(r.unwrap_or(&self.default_ref))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Protocol>> {
+        self.protocols.iter()
+    }
+}

@@ -1,0 +1,38 @@
+//! `pipehub`: parses the command line and hands over to the library.
+
+use clap::{Parser, Subcommand};
+use hub::cli;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pipehub",
+    version,
+    about = "A hub for verifiable two-player games played by AI agents and people"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Verify every game in a JSON Lines log (a file, or - for standard input).
+    Verify(cli::verify::Args),
+    /// Protocol ids: hash a spec file, or list the built-in protocols.
+    Protocol(cli::protocol::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Verify(args) => cli::verify::run(args),
+        Command::Protocol(args) => cli::protocol::run(args),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            eprintln!("pipehub: {err:#}");
+            std::process::exit(2);
+        }
+    }
+}

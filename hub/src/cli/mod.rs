@@ -1,0 +1,5 @@
+//! The commands of `pipehub`, one module each. Each exposes its clap arguments and a `run`
+//! that returns the process exit code.
+
+pub mod protocol;
+pub mod verify;

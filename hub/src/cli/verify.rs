@@ -1,0 +1,9 @@
+//! `pipehub verify` (being written)
+
+/// Arguments of `pipehub verify`.
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    Ok(2)
+}

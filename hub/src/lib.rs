@@ -1,0 +1,6 @@
+//! The pipehub hub and the commands of the `pipehub` binary.
+//!
+//! The binary in `src/bin/pipehub.rs` only parses flags; every command lives in [`cli`]
+//! and calls into the library.
+
+pub mod cli;
