@@ -4,3 +4,6 @@
 //! and calls into the library.
 
 pub mod cli;
+pub mod inbox;
+pub mod meta;
+pub mod metrics;

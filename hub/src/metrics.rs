@@ -1,0 +1,322 @@
+//! Every metric the hub exports, in one place.
+//!
+//! Operators read the hub through Prometheus: this module owns the registry, names every
+//! series `pipehub_*` with its unit in the name (`_seconds`, `_bytes`, `_total`), and adds
+//! the standard `process_*` series (resident memory, CPU, open descriptors) through the
+//! prometheus crate's process collector. Keeping all of them here means a dashboard author
+//! reads one file to learn what exists, and two modules cannot register the same name.
+//!
+//! Callers get an `Arc<Metrics>` and touch its public fields (or the small helpers below)
+//! directly; the prometheus types are cheap, lock-free atomics. This module deliberately
+//! does not decide *when* something is counted — the rate limiter, the store, the actors and
+//! the HTTP layer do — and it never labels a series with anything a client controls freely
+//! (game ids, inbox names, tokens), so a client cannot blow up the number of series.
+//! Labels are closed sets: verdicts, reason codes, built-in protocol refs, phases, shards.
+
+use std::time::Duration;
+
+use games::Reason;
+use prometheus::{
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// The hub's metrics and the registry that exposes them at `/metrics`.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// `pipehub_events_total{verdict, reason, protocol}`: adjudicated events. `verdict` is
+    /// `accepted`, `rejected` or `skipped`; `reason` is the reason code of a rejection or
+    /// skip and `""` for an accepted event; `protocol` the game's protocol ref (`""` before
+    /// a genesis names one).
+    pub events: IntCounterVec,
+    /// `pipehub_input_refused_total{reason}`: bodies refused before they were events
+    /// (section 1 reasons: `too_large`, `bad_json`, …); they never reach the inbox.
+    pub input_refused: IntCounterVec,
+    /// `pipehub_games{phase}`: seated and anonymous games known to this hub, by phase
+    /// (`waiting`, `paired`, `started`, `finished`).
+    pub games: IntGaugeVec,
+    /// `pipehub_games_created_total`: seated games created through the API.
+    pub games_created: IntCounter,
+    /// `pipehub_actors_resident`: game actors currently in memory.
+    pub actors_resident: IntGauge,
+    /// `pipehub_websocket_connections`: open WebSocket connections.
+    pub websocket_connections: IntGauge,
+    /// `pipehub_capture_to_verdict_seconds`: from a capture being durable to its verdict.
+    pub capture_to_verdict: Histogram,
+    /// `pipehub_verdict_to_relay_seconds`: from a verdict to its views handed to the room.
+    pub verdict_to_relay: Histogram,
+    /// `pipehub_rate_limited_requests_total{limit}`: requests the limiter refused; `limit`
+    /// is `events` (the per-person event budget) or `pairing` (failed pairing attempts).
+    pub rate_limited: IntCounterVec,
+    /// `pipehub_pairing_failures_total{reason}`: pairing attempts with an unknown, used or
+    /// expired code.
+    pub pairing_failures: IntCounterVec,
+    /// `pipehub_inbox_append_seconds`: from an append call to its record being durable.
+    pub inbox_append: Histogram,
+    /// `pipehub_inbox_fsync_batch_records`: records made durable by one fsync (group commit).
+    pub inbox_fsync_batch: Histogram,
+    /// `pipehub_inbox_appended_total`: records appended to the inbox.
+    pub inbox_appended: IntCounter,
+    /// `pipehub_consumer_backlog_records{shard}`: durable records of a shard not yet
+    /// routed to their actor.
+    pub consumer_backlog: IntGaugeVec,
+    /// `pipehub_held_choices`: rock-paper-scissors choices held for their seat's turn.
+    pub held_choices: IntGauge,
+    /// `pipehub_http_requests_total{method, route, status}`: HTTP requests answered, by
+    /// route pattern (never the raw path).
+    pub http_requests: IntCounterVec,
+    /// `pipehub_http_request_duration_seconds{route}`: HTTP handling time by route pattern.
+    pub http_duration: HistogramVec,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Latency buckets from 50 µs to about 6.5 s: the hub's verdicts take well under a
+/// millisecond, the tail and a slow disk's fsync are what the upper buckets catch.
+fn latency_buckets() -> Vec<f64> {
+    // 18 doublings from 50 µs; the arguments are constants that exponential_buckets
+    // accepts (start > 0, factor > 1, count ≥ 1), so this cannot fail.
+    exponential_buckets(0.000_05, 2.0, 18).unwrap_or_default()
+}
+
+impl Metrics {
+    /// Builds the registry with every `pipehub_*` series and the process collector.
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, prometheus::Error>(c)
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, prometheus::Error>(g)
+        };
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok::<_, prometheus::Error>(c)
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok::<_, prometheus::Error>(g)
+        };
+        let histogram = |name: &str, help: &str, buckets: Vec<f64>| {
+            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))?;
+            registry.register(Box::new(h.clone()))?;
+            Ok::<_, prometheus::Error>(h)
+        };
+
+        let metrics = Metrics {
+            events: counter_vec(
+                "pipehub_events_total",
+                "Adjudicated events by verdict, reason code and protocol.",
+                &["verdict", "reason", "protocol"],
+            )?,
+            input_refused: counter_vec(
+                "pipehub_input_refused_total",
+                "Bodies refused before they were events, by section-1 reason.",
+                &["reason"],
+            )?,
+            games: gauge_vec(
+                "pipehub_games",
+                "Games known to this hub, by phase.",
+                &["phase"],
+            )?,
+            games_created: counter(
+                "pipehub_games_created_total",
+                "Seated games created through the API.",
+            )?,
+            actors_resident: gauge(
+                "pipehub_actors_resident",
+                "Game actors currently resident in memory.",
+            )?,
+            websocket_connections: gauge(
+                "pipehub_websocket_connections",
+                "Open WebSocket connections.",
+            )?,
+            capture_to_verdict: histogram(
+                "pipehub_capture_to_verdict_seconds",
+                "Time from a capture being durable to its verdict.",
+                latency_buckets(),
+            )?,
+            verdict_to_relay: histogram(
+                "pipehub_verdict_to_relay_seconds",
+                "Time from a verdict to its per-seat views reaching the room.",
+                latency_buckets(),
+            )?,
+            rate_limited: counter_vec(
+                "pipehub_rate_limited_requests_total",
+                "Requests refused by a rate limit, by limit.",
+                &["limit"],
+            )?,
+            pairing_failures: counter_vec(
+                "pipehub_pairing_failures_total",
+                "Pairing attempts with an unknown, used or expired code.",
+                &["reason"],
+            )?,
+            inbox_append: histogram(
+                "pipehub_inbox_append_seconds",
+                "Time from an append call to its record being durable.",
+                latency_buckets(),
+            )?,
+            inbox_fsync_batch: histogram(
+                "pipehub_inbox_fsync_batch_records",
+                "Records made durable by one fsync (group commit size).",
+                exponential_buckets(1.0, 2.0, 12)?,
+            )?,
+            inbox_appended: counter(
+                "pipehub_inbox_appended_total",
+                "Records appended to the inbox.",
+            )?,
+            consumer_backlog: gauge_vec(
+                "pipehub_consumer_backlog_records",
+                "Durable records of a shard not yet routed to their game actor.",
+                &["shard"],
+            )?,
+            held_choices: gauge(
+                "pipehub_held_choices",
+                "Rock-paper-scissors choices held until their seat's turn.",
+            )?,
+            http_requests: counter_vec(
+                "pipehub_http_requests_total",
+                "HTTP requests answered, by method, route pattern and status.",
+                &["method", "route", "status"],
+            )?,
+            http_duration: {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(
+                        "pipehub_http_request_duration_seconds",
+                        "HTTP request handling time by route pattern.",
+                    )
+                    .buckets(latency_buckets()),
+                    &["route"],
+                )?;
+                registry.register(Box::new(h.clone()))?;
+                h
+            },
+            registry: registry.clone(),
+        };
+        register_process_collector(&registry)?;
+        Ok(metrics)
+    }
+
+    /// Counts one adjudicated event. `reason` is `None` for an accepted event.
+    pub fn event(&self, verdict: &str, reason: Option<Reason>, protocol: &str) {
+        let reason = reason.map(Reason::code).unwrap_or("");
+        self.events
+            .with_label_values(&[verdict, reason, protocol])
+            .inc();
+    }
+
+    /// Records the time from a capture being durable to its verdict.
+    pub fn observe_capture_to_verdict(&self, elapsed: Duration) {
+        self.capture_to_verdict.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records the time from a verdict to its views reaching the room.
+    pub fn observe_verdict_to_relay(&self, elapsed: Duration) {
+        self.verdict_to_relay.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one durable append and its latency.
+    pub fn observe_append(&self, elapsed: Duration) {
+        self.inbox_appended.inc();
+        self.inbox_append.observe(elapsed.as_secs_f64());
+    }
+
+    /// Records how many records one fsync made durable.
+    pub fn observe_fsync_batch(&self, records: usize) {
+        self.inbox_fsync_batch.observe(records as f64);
+    }
+
+    /// Sets the backlog of one shard's consumer.
+    pub fn set_backlog(&self, shard: u32, records: u64) {
+        let records = i64::try_from(records).unwrap_or(i64::MAX);
+        self.consumer_backlog
+            .with_label_values(&[&shard.to_string()])
+            .set(records);
+    }
+
+    /// Moves one game from one phase gauge to another (`from` is `None` for a new game).
+    pub fn game_phase(&self, from: Option<&str>, to: Option<&str>) {
+        if let Some(from) = from {
+            self.games.with_label_values(&[from]).dec();
+        }
+        if let Some(to) = to {
+            self.games.with_label_values(&[to]).inc();
+        }
+    }
+
+    /// The registry in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // A failure here means a collector produced an inconsistent family; expose what
+        // encoded rather than failing the scrape.
+        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!(error = %err, "encoding metrics");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn register_process_collector(registry: &Registry) -> Result<(), prometheus::Error> {
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn register_process_collector(_registry: &Registry) -> Result<(), prometheus::Error> {
+    // The process collector reads /proc; elsewhere the process_* series are absent.
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_is_named_for_the_hub_and_process_memory_is_exported() {
+        let m = Metrics::new().expect("a fresh registry takes every metric");
+        m.event("accepted", None, "pipehub:tic-tac-toe");
+        m.event("rejected", Some(Reason::StaleSeq), "pipehub:tic-tac-toe");
+        m.rate_limited.with_label_values(&["events"]).inc();
+        m.observe_capture_to_verdict(Duration::from_micros(300));
+        m.set_backlog(3, 7);
+        m.game_phase(None, Some("waiting"));
+        m.game_phase(Some("waiting"), Some("paired"));
+        let text = m.render();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(
+                line.starts_with("pipehub_") || line.starts_with("process_"),
+                "unexpected series: {line}"
+            );
+        }
+        assert!(text.contains(
+            "pipehub_events_total{protocol=\"pipehub:tic-tac-toe\",reason=\"stale_seq\",verdict=\"rejected\"} 1"
+        ));
+        assert!(text.contains("pipehub_consumer_backlog_records{shard=\"3\"} 7"));
+        assert!(text.contains("pipehub_games{phase=\"paired\"} 1"));
+        assert!(text.contains("pipehub_games{phase=\"waiting\"} 0"));
+        assert!(text.contains("pipehub_capture_to_verdict_seconds_bucket"));
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes"));
+    }
+
+    #[test]
+    fn two_hubs_in_one_process_do_not_collide() {
+        let a = Metrics::new().expect("first registry");
+        let b = Metrics::new().expect("second registry, independent of the first");
+        a.games_created.inc();
+        assert_eq!(b.games_created.get(), 0);
+    }
+}
