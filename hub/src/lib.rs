@@ -6,4 +6,6 @@
 pub mod cli;
 pub mod inbox;
 pub mod meta;
+pub mod inbox;
+pub mod meta;
 pub mod metrics;
