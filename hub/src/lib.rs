@@ -5,7 +5,6 @@
 
 pub mod cli;
 pub mod inbox;
-pub mod meta;
-pub mod inbox;
+pub mod limits;
 pub mod meta;
 pub mod metrics;

@@ -1,0 +1,356 @@
+//! Rate limits: who a request belongs to, and whether that person may go on.
+//!
+//! DESIGN.md section 5 limits every path into a game per **person**: the seat token when
+//! the request carries one, else the client's address. Behind a reverse proxy every
+//! request arrives from the proxy, so `--trusted-proxy CIDR` names the proxies whose
+//! `X-Forwarded-For` header is believed; from anyone else the header is ignored (a client
+//! could otherwise pick a fresh address per request and never be limited).
+//!
+//! The event budget is a GCRA token bucket (governor), default 60 per 10 s with a burst of
+//! the whole budget. The counting rule is the limiter's own semantics: whatever it lets
+//! through has spent a token, accepted or refused later by the referee; what it refuses
+//! spends nothing, so a client that backs off recovers. Callers charge it for every event a
+//! person posts or asks the hub to write and for every game created — never for reads,
+//! successful pairs or events a custodian writes on its own.
+//!
+//! Failed pairing attempts have their own budget per client address (10 a minute), so that
+//! eight-character codes cannot be guessed. Only failures count, which governor cannot
+//! express (it charges before the outcome is known and has no refund), so that budget is a
+//! small GCRA of its own here: [`PairingLimiter::check`] peeks, [`PairingLimiter::failed`]
+//! charges.
+//!
+//! This module does not read HTTP requests itself (the HTTP layer hands it a peer address
+//! and a header value) and does not decide what counts; it only keeps the buckets.
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use governor::clock::{Clock, DefaultClock};
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+use ipnet::IpNet;
+use sha2::{Digest, Sha256};
+
+/// A budget of `count` actions per `per`, e.g. `60/10` (60 per 10 seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateSpec {
+    pub count: NonZeroU32,
+    pub per: Duration,
+}
+
+impl RateSpec {
+    /// The default event budget: 60 per 10 seconds.
+    pub const DEFAULT_EVENTS: RateSpec = RateSpec {
+        count: NonZeroU32::new(60).expect("60 is not zero"),
+        per: Duration::from_secs(10),
+    };
+    /// The default budget of failed pairing attempts: 10 a minute.
+    pub const DEFAULT_PAIRING: RateSpec = RateSpec {
+        count: NonZeroU32::new(10).expect("10 is not zero"),
+        per: Duration::from_secs(60),
+    };
+
+    /// The GCRA quota: a burst of the whole budget, refilled one token every `per/count`.
+    fn quota(self) -> Quota {
+        let interval = self.per / self.count.get();
+        Quota::with_period(interval.max(Duration::from_nanos(1)))
+            .unwrap_or_else(|| Quota::per_second(self.count))
+            .allow_burst(self.count)
+    }
+}
+
+impl FromStr for RateSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (n, secs) = s
+            .split_once('/')
+            .ok_or_else(|| format!("`{s}` is not N/SECONDS (e.g. 60/10)"))?;
+        let count: u32 = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{n}` is not a whole number of actions"))?;
+        let count = NonZeroU32::new(count).ok_or("the number of actions must be at least 1")?;
+        let secs: u64 = secs
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{secs}` is not a whole number of seconds"))?;
+        if secs == 0 {
+            return Err("the period must be at least 1 second".into());
+        }
+        Ok(RateSpec {
+            count,
+            per: Duration::from_secs(secs),
+        })
+    }
+}
+
+impl std::fmt::Display for RateSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.count, self.per.as_secs())
+    }
+}
+
+/// Who a request belongs to, for rate limiting.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Person {
+    /// A seat, known by the SHA-256 of its token (the token itself is never kept here).
+    Seat([u8; 32]),
+    /// Anyone without a token, known by their client address.
+    Address(IpAddr),
+}
+
+impl Person {
+    /// The person holding `token`.
+    pub fn seat(token: &str) -> Person {
+        Person::Seat(Sha256::digest(token.as_bytes()).into())
+    }
+}
+
+/// The client address of a request that arrived from `peer` with the given
+/// `X-Forwarded-For` header. The header is believed only when `peer` is a trusted proxy;
+/// then the address is the right-most entry that is not itself a trusted proxy (entries to
+/// its left were written by the client and can be anything).
+pub fn client_address(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[IpNet]) -> IpAddr {
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    if !is_trusted(&peer) {
+        return peer;
+    }
+    let Some(header) = forwarded_for else {
+        return peer;
+    };
+    let mut client = peer;
+    for entry in header.rsplit(',') {
+        match entry.trim().parse::<IpAddr>() {
+            Ok(ip) => {
+                client = ip;
+                if !is_trusted(&ip) {
+                    break;
+                }
+            }
+            // A malformed entry ends what can be believed; use the last good hop.
+            Err(_) => break,
+        }
+    }
+    client
+}
+
+/// A refusal by a limiter: try again after `retry_after_secs` whole seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimited {
+    pub retry_after_secs: u64,
+}
+
+impl RateLimited {
+    fn after(wait: Duration) -> RateLimited {
+        // Whole seconds, rounded up, so a client that waits that long finds a token.
+        let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        RateLimited {
+            retry_after_secs: secs.max(1),
+        }
+    }
+}
+
+type Keyed<C> = RateLimiter<
+    Person,
+    DashMapStateStore<Person>,
+    C,
+    governor::middleware::NoOpMiddleware<<C as Clock>::Instant>,
+>;
+
+/// The per-person event budget (GCRA, governor).
+pub struct EventLimiter<C: Clock = DefaultClock> {
+    limiter: Keyed<C>,
+    clock: C,
+}
+
+impl EventLimiter<DefaultClock> {
+    pub fn new(spec: RateSpec) -> Self {
+        Self::with_clock(spec, DefaultClock::default())
+    }
+}
+
+impl<C: Clock + Clone> EventLimiter<C> {
+    /// A limiter on a given clock (tests use a fake one).
+    pub fn with_clock(spec: RateSpec, clock: C) -> Self {
+        EventLimiter {
+            limiter: RateLimiter::dashmap_with_clock(spec.quota(), clock.clone()),
+            clock,
+        }
+    }
+
+    /// Spends one token of `person`'s budget, or says how long until one is free.
+    pub fn charge(&self, person: &Person) -> Result<(), RateLimited> {
+        self.limiter
+            .check_key(person)
+            .map_err(|not_until| RateLimited::after(not_until.wait_time_from(self.clock.now())))
+    }
+
+    /// Forgets people whose buckets are full again, so idle clients cost no memory.
+    pub fn housekeep(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for EventLimiter<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventLimiter")
+            .field("people", &self.limiter.len())
+            .finish()
+    }
+}
+
+/// The budget of failed pairing attempts per client address: a GCRA that can be asked
+/// before an attempt and charged only when it fails.
+#[derive(Debug)]
+pub struct PairingLimiter {
+    /// Time between two tokens.
+    interval: Duration,
+    /// How far ahead of now the theoretical arrival time may run (burst − 1 intervals).
+    tolerance: Duration,
+    /// Theoretical arrival time per address.
+    tat: DashMap<IpAddr, Instant>,
+}
+
+impl PairingLimiter {
+    pub fn new(spec: RateSpec) -> Self {
+        let interval = spec.per / spec.count.get();
+        PairingLimiter {
+            interval,
+            tolerance: interval * (spec.count.get() - 1),
+            tat: DashMap::new(),
+        }
+    }
+
+    /// May `addr` try a code at `now`?
+    pub fn check(&self, addr: IpAddr, now: Instant) -> Result<(), RateLimited> {
+        let Some(tat) = self.tat.get(&addr).map(|t| *t) else {
+            return Ok(());
+        };
+        let allowed_at = tat.checked_sub(self.tolerance).unwrap_or(now);
+        if allowed_at <= now {
+            Ok(())
+        } else {
+            Err(RateLimited::after(allowed_at - now))
+        }
+    }
+
+    /// Records a failed attempt by `addr` at `now`.
+    pub fn failed(&self, addr: IpAddr, now: Instant) {
+        let mut tat = self.tat.entry(addr).or_insert(now);
+        *tat = (*tat).max(now) + self.interval;
+    }
+
+    /// Forgets addresses whose budget is full again.
+    pub fn housekeep(&self, now: Instant) {
+        self.tat.retain(|_, tat| *tat > now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use governor::clock::FakeRelativeClock;
+
+    fn spec(s: &str) -> RateSpec {
+        s.parse().expect("a valid spec")
+    }
+
+    #[test]
+    fn rate_specs_parse_and_refuse_nonsense() {
+        assert_eq!(spec("60/10"), RateSpec::DEFAULT_EVENTS);
+        assert_eq!(spec("60/10").to_string(), "60/10");
+        for bad in ["60", "0/10", "60/0", "x/10", "60/y", "-1/10", ""] {
+            assert!(bad.parse::<RateSpec>().is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn a_person_spends_the_burst_then_waits_and_recovers() {
+        let clock = FakeRelativeClock::default();
+        let limiter = EventLimiter::with_clock(spec("3/3"), clock.clone());
+        let alice = Person::seat("alice-token");
+        let bob = Person::Address("127.0.0.2".parse().expect("an address"));
+        for _ in 0..3 {
+            assert_eq!(limiter.charge(&alice), Ok(()));
+        }
+        assert_eq!(
+            limiter.charge(&alice),
+            Err(RateLimited {
+                retry_after_secs: 1
+            })
+        );
+        // Another person has a budget of their own.
+        assert_eq!(limiter.charge(&bob), Ok(()));
+        // A refusal does not spend: after one interval exactly one token is back.
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(limiter.charge(&alice), Ok(()));
+        assert!(limiter.charge(&alice).is_err());
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        let clock = FakeRelativeClock::default();
+        let limiter = EventLimiter::with_clock(spec("1/10"), clock.clone());
+        let p = Person::seat("t");
+        assert!(limiter.charge(&p).is_ok());
+        clock.advance(Duration::from_millis(2500));
+        assert_eq!(
+            limiter.charge(&p),
+            Err(RateLimited {
+                retry_after_secs: 8
+            })
+        );
+    }
+
+    #[test]
+    fn only_failed_pairing_attempts_count() {
+        let limiter = PairingLimiter::new(spec("10/60"));
+        let addr: IpAddr = "127.0.0.9".parse().expect("an address");
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            assert_eq!(limiter.check(addr, t0), Ok(()));
+            limiter.failed(addr, t0);
+        }
+        assert_eq!(
+            limiter.check(addr, t0),
+            Err(RateLimited {
+                retry_after_secs: 6
+            })
+        );
+        // Checking does not spend, so waiting one interval is enough.
+        assert_eq!(limiter.check(addr, t0 + Duration::from_secs(6)), Ok(()));
+        limiter.housekeep(t0 + Duration::from_secs(61));
+        assert!(limiter.tat.is_empty());
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().expect("a net")];
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        let header = Some("6.6.6.6, 1.2.3.4, 10.0.0.7");
+        // From an untrusted peer the header is ignored.
+        assert_eq!(
+            client_address(ip("8.8.8.8"), header, &trusted),
+            ip("8.8.8.8")
+        );
+        // From a trusted proxy: the right-most untrusted hop, not the client's own claim.
+        assert_eq!(
+            client_address(ip("10.0.0.1"), header, &trusted),
+            ip("1.2.3.4")
+        );
+        assert_eq!(
+            client_address(ip("10.0.0.1"), None, &trusted),
+            ip("10.0.0.1")
+        );
+        assert_eq!(
+            client_address(ip("10.0.0.1"), Some("junk, 10.0.0.5"), &trusted),
+            ip("10.0.0.5")
+        );
+        assert_eq!(client_address(ip("10.0.0.1"), header, &[]), ip("10.0.0.1"));
+    }
+}
