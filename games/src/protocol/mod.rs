@@ -13,6 +13,12 @@
 //! Adding a game means adding one module that implements [`Protocol`] and one line in
 //! [`Registry::builtin`].
 
+pub mod connect_four;
+mod grid;
+pub mod spec;
+pub mod specjson;
+pub mod tictactoe;
+
 use crate::event::{Seat, Status};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -177,6 +183,8 @@ impl Registry {
     pub fn builtin() -> Registry {
         let protocols: Vec<Arc<dyn Protocol>> = vec![
             // One line per game.
+            Arc::new(tictactoe::TicTacToe::new()),
+            Arc::new(connect_four::ConnectFour::new()),
         ];
         Registry {
             protocols,

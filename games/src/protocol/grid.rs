@@ -1,0 +1,209 @@
+//! The board shared by the k-in-a-row games (tic-tac-toe and connect-four).
+//!
+//! A [`Grid`] holds the cells, counts the moves applied and notices a line of `winLength`
+//! *or more* through the last piece placed, in any of the four directions. The games
+//! differ only in how a move names its cell, so each game parses its own payload and then
+//! calls [`Grid::place`]. Nothing on a grid is secret: every viewer gets the same view.
+//!
+//! Row 0 is the top row, as drawn. Whose turn it is follows the chain's parity: after `n`
+//! moves the next move is event `n + 1` (the start is seq 0), which is X's when odd.
+
+use super::spec::int_rule;
+use super::{GameResult, MoveError, View, Viewer, WinBy};
+use crate::event::Seat;
+use serde_json::{json, Map, Value};
+
+/// A move payload's value as a 0-based coordinate below `bound`.
+pub(crate) fn coordinate(value: &Value, bound: usize) -> Result<usize, MoveError> {
+    const OUT: MoveError = MoveError {
+        detail: "out_of_bounds",
+    };
+    if let Some(n) = value.as_i64() {
+        return usize::try_from(n).ok().filter(|n| *n < bound).ok_or(OUT);
+    }
+    if value.is_u64() {
+        // Beyond i64, so far beyond any board.
+        return Err(OUT);
+    }
+    Err(MoveError::BAD_MOVE)
+}
+
+/// The fields of a move payload that must be an object with exactly `names` as keys.
+pub(crate) fn exact_fields<'a, const N: usize>(
+    mv: &'a Value,
+    names: [&str; N],
+) -> Result<[&'a Value; N], MoveError> {
+    let map = mv.as_object().ok_or(MoveError::BAD_MOVE)?;
+    if map.len() != N {
+        return Err(MoveError::BAD_MOVE);
+    }
+    let mut out = [&Value::Null; N];
+    for (slot, name) in out.iter_mut().zip(names) {
+        *slot = map.get(name).ok_or(MoveError::BAD_MOVE)?;
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Grid {
+    pub rows: usize,
+    pub cols: usize,
+    win_length: usize,
+    cells: Vec<Option<Seat>>,
+    moves: u64,
+    last: Option<(usize, usize)>,
+    line: Vec<(usize, usize)>,
+    winner: Option<Seat>,
+}
+
+const GAME_OVER: MoveError = MoveError {
+    detail: "game_over",
+};
+
+impl Grid {
+    /// A grid for rules already validated against the spec (rows, cols, winLength).
+    pub fn new(rules: &Map<String, Value>) -> Grid {
+        let dim = |name, fallback| usize::try_from(int_rule(rules, name, fallback)).unwrap_or(1);
+        let (rows, cols) = (dim("rows", 3), dim("cols", 3));
+        Grid {
+            rows,
+            cols,
+            win_length: dim("winLength", 3),
+            cells: vec![None; rows * cols],
+            moves: 0,
+            last: None,
+            line: Vec::new(),
+            winner: None,
+        }
+    }
+
+    pub fn get(&self, row: usize, col: usize) -> Option<Seat> {
+        self.cells[row * self.cols + col]
+    }
+
+    fn is_full(&self) -> bool {
+        self.moves as usize >= self.cells.len()
+    }
+
+    pub fn is_over(&self) -> bool {
+        self.winner.is_some() || self.is_full()
+    }
+
+    /// Refuses a move on a finished board (the verifier says `after_end` before asking).
+    pub fn check_open(&self) -> Result<(), MoveError> {
+        if self.is_over() {
+            Err(GAME_OVER)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Puts `seat`'s piece on an empty, in-bounds cell and looks for a line through it.
+    pub fn place(&mut self, seat: Seat, row: usize, col: usize) {
+        self.cells[row * self.cols + col] = Some(seat);
+        self.moves += 1;
+        self.last = Some((row, col));
+        for (dr, dc) in [(0, 1), (1, 0), (1, 1), (1, -1)] {
+            let mut line = self.run(seat, row, col, -dr, -dc);
+            line.reverse();
+            line.push((row, col));
+            line.extend(self.run(seat, row, col, dr, dc));
+            if line.len() >= self.win_length {
+                self.winner = Some(seat);
+                self.line = line;
+                return;
+            }
+        }
+    }
+
+    /// The cells after (row, col) in direction (dr, dc) that hold `seat`'s pieces, nearest first.
+    fn run(&self, seat: Seat, row: usize, col: usize, dr: isize, dc: isize) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let (mut r, mut c) = (row as isize, col as isize);
+        loop {
+            r += dr;
+            c += dc;
+            if r < 0 || c < 0 || r >= self.rows as isize || c >= self.cols as isize {
+                return out;
+            }
+            let (ru, cu) = (r as usize, c as usize);
+            if self.get(ru, cu) != Some(seat) {
+                return out;
+            }
+            out.push((ru, cu));
+        }
+    }
+
+    pub fn outcome(&self) -> GameResult {
+        match self.winner {
+            Some(seat) => GameResult::win(seat, WinBy::Line),
+            None if self.is_full() => GameResult::DRAW,
+            None => GameResult::IN_PROGRESS,
+        }
+    }
+
+    fn to_move(&self) -> Option<Seat> {
+        (!self.is_over()).then(|| Seat::to_move_at(self.moves + 1))
+    }
+
+    /// Everyone sees the same grid; `viewer` is only echoed so a client knows its seat.
+    pub fn view(&self, viewer: Viewer) -> View {
+        let cells: Vec<Vec<Value>> = (0..self.rows)
+            .map(|r| {
+                (0..self.cols)
+                    .map(|c| match self.get(r, c) {
+                        Some(seat) => Value::from(seat.as_str()),
+                        None => Value::Null,
+                    })
+                    .collect()
+            })
+            .collect();
+        let seat = match viewer {
+            Viewer::Seat(s) => Value::from(s.as_str()),
+            Viewer::Spectator => Value::Null,
+        };
+        View(json!({
+            "seat": seat,
+            "rows": self.rows,
+            "cols": self.cols,
+            "winLength": self.win_length,
+            "cells": cells,
+            "moves": self.moves,
+            "toMove": self.to_move().map(Seat::as_str),
+            "lastMove": self.last.map(|(r, c)| json!({"row": r, "col": c})),
+            "line": (!self.line.is_empty())
+                .then(|| self.line.iter().map(|(r, c)| json!({"row": r, "col": c})).collect::<Vec<_>>()),
+        }))
+    }
+
+    /// Rows of `X . O`, then one line saying whose turn it is or how it ended.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for r in 0..self.rows {
+            let row: Vec<&str> = (0..self.cols)
+                .map(|c| self.get(r, c).map_or(".", Seat::as_str))
+                .collect();
+            out.push_str(&row.join(" "));
+            out.push('\n');
+        }
+        match (self.winner, self.to_move()) {
+            (Some(seat), _) => out.push_str(&format!("{seat} wins")),
+            (None, Some(seat)) => out.push_str(&format!("{seat} to move")),
+            (None, None) => out.push_str("draw"),
+        }
+        out
+    }
+}
+
+/// The spec's checks plus what it cannot say: `winLength` at most `max(rows, cols)`.
+pub(crate) fn validate_rules(
+    spec: &super::spec::Spec,
+    given: &Map<String, Value>,
+) -> Result<Map<String, Value>, String> {
+    let rules = spec.validate(given)?;
+    let side = int_rule(&rules, "rows", 1).max(int_rule(&rules, "cols", 1));
+    if int_rule(&rules, "winLength", 1) > side {
+        return Err("winLength:range".to_string());
+    }
+    Ok(rules)
+}
