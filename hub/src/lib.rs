@@ -4,7 +4,9 @@
 //! and calls into the library.
 
 pub mod cli;
+pub mod game;
 pub mod inbox;
-pub mod limits;
 pub mod meta;
+pub mod limits;
 pub mod metrics;
+pub mod rooms;

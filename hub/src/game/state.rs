@@ -1,0 +1,210 @@
+//! `game.state`: the one shape in which any viewer ever sees a game.
+//!
+//! HTTP responses, `GET …/view`, the WebSocket relay and the agent's tool results all carry
+//! a [`GameState`] with exactly the fields of DESIGN.md section 5: `inbox`, `game`, `seat`,
+//! `phase`, `protocol`, `protocolId`, `rules`, `signed`, `keys`, `seq`, `head`, `result`,
+//! `view` and `board` (plus `notice` when there is something to tell the seat).
+//!
+//! [`assemble`] is the only constructor used by the engine. It takes the viewer and reads
+//! the board through the protocol's redactor (`Board::view` / `Board::render`), so a state
+//! built for one seat can never carry the other seat's secrets. It deliberately does not
+//! decide *who* may see which viewer's state: that is the caller's seat check.
+
+use games::protocol::GameResult;
+use games::{Seat, Viewer};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::types::ser_opt_seat;
+
+/// The life of a game. Seated games are `waiting` (X seated) and `paired` (both seated, no
+/// start yet) before their start; every game with an accepted start is `started`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Waiting,
+    Paired,
+    Started,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Waiting => "waiting",
+            Phase::Paired => "paired",
+            Phase::Started => "started",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Phase> {
+        match s {
+            "waiting" => Some(Phase::Waiting),
+            "paired" => Some(Phase::Paired),
+            "started" => Some(Phase::Started),
+            _ => None,
+        }
+    }
+}
+
+/// `{"status", "winner", "by"}`, as in `verify --json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ResultView {
+    pub status: &'static str,
+    #[serde(serialize_with = "ser_opt_seat")]
+    pub winner: Option<Seat>,
+    pub by: Option<games::WinBy>,
+}
+
+impl From<GameResult> for ResultView {
+    fn from(r: GameResult) -> Self {
+        ResultView {
+            status: r.status.as_str(),
+            winner: r.winner,
+            by: r.by,
+        }
+    }
+}
+
+/// Both seats' public keys, each `null` until known.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KeysView {
+    #[serde(rename = "X")]
+    pub x: Option<String>,
+    #[serde(rename = "O")]
+    pub o: Option<String>,
+}
+
+/// Something the seat must know that is not part of the game: a held
+/// rock-paper-scissors choice was lost to a restart and must be sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Notice {
+    HeldChoiceLost,
+}
+
+/// One viewer's state of one game. See the module documentation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GameState {
+    pub inbox: String,
+    pub game: String,
+    /// The viewer's seat; null for a spectator.
+    #[serde(serialize_with = "ser_opt_seat")]
+    pub seat: Option<Seat>,
+    pub phase: Phase,
+    /// The protocol's canonical ref.
+    pub protocol: Option<String>,
+    pub protocol_id: Option<String>,
+    /// The protocol's rules with defaults filled in (without `keys` and `inboxes`).
+    pub rules: Option<Map<String, Value>>,
+    pub signed: bool,
+    /// Both public keys once known; null for an unsigned game.
+    pub keys: Option<KeysView>,
+    /// The seq of the last accepted event; null until the start.
+    pub seq: Option<u64>,
+    /// The hash of the last accepted event; null until the start.
+    pub head: Option<String>,
+    pub result: Option<ResultView>,
+    /// The protocol redactor's view for this viewer; null until the start.
+    pub view: Option<Value>,
+    /// The text board, or what the game waits for before its start.
+    pub board: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notice: Option<Notice>,
+}
+
+/// What [`assemble`] needs to know of a game that has no accepted start: its seated
+/// registration, if any.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pending<'a> {
+    pub phase: Phase,
+    pub protocol: &'a str,
+    pub protocol_id: &'a str,
+    pub rules: &'a Map<String, Value>,
+    pub signed: bool,
+    pub keys: KeysView,
+}
+
+/// What [`assemble`] needs to know of a game with an accepted start.
+pub struct Started<'a> {
+    pub protocol: &'a str,
+    pub protocol_id: &'a str,
+    pub rules: &'a Map<String, Value>,
+    pub keys: Option<KeysView>,
+    pub seq: u64,
+    pub head: &'a str,
+    pub result: GameResult,
+    pub board: &'a dyn games::Board,
+}
+
+/// The source of a state: a game before or after its start.
+pub enum Source<'a> {
+    Pending(Pending<'a>),
+    Started(Started<'a>),
+}
+
+/// Builds one viewer's state. `notice` is passed only to the seat it concerns.
+pub fn assemble(
+    inbox: &str,
+    game: &str,
+    viewer: Viewer,
+    source: Source<'_>,
+    notice: Option<Notice>,
+) -> GameState {
+    let seat = match viewer {
+        Viewer::Seat(s) => Some(s),
+        Viewer::Spectator => None,
+    };
+    let notice = if seat.is_some() { notice } else { None };
+    match source {
+        Source::Pending(p) => GameState {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            seat,
+            phase: p.phase,
+            protocol: Some(p.protocol.to_string()),
+            protocol_id: Some(p.protocol_id.to_string()),
+            rules: Some(p.rules.clone()),
+            signed: p.signed,
+            keys: p.signed.then_some(p.keys),
+            seq: None,
+            head: None,
+            result: None,
+            view: None,
+            board: waiting_text(p.phase, seat),
+            notice,
+        },
+        Source::Started(s) => GameState {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            seat,
+            phase: Phase::Started,
+            protocol: Some(s.protocol.to_string()),
+            protocol_id: Some(s.protocol_id.to_string()),
+            rules: Some(s.rules.clone()),
+            signed: s.keys.is_some(),
+            keys: s.keys,
+            seq: Some(s.seq),
+            head: Some(s.head.to_string()),
+            result: Some(s.result.into()),
+            view: Some(s.board.view(viewer).0),
+            board: s.board.render(viewer),
+            notice,
+        },
+    }
+}
+
+/// What a game before its start waits for, said to its viewer.
+fn waiting_text(phase: Phase, seat: Option<Seat>) -> String {
+    match (phase, seat) {
+        (Phase::Waiting, Some(Seat::X)) => {
+            "waiting for an opponent: share the pairing code".to_string()
+        }
+        (Phase::Waiting, _) => "waiting for an opponent to pair".to_string(),
+        (Phase::Paired, Some(Seat::X)) => {
+            "paired: write the start event naming both keys".to_string()
+        }
+        (Phase::Paired, _) => "paired: waiting for X to start the game".to_string(),
+        (Phase::Started, _) => "started".to_string(),
+    }
+}

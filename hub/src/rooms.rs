@@ -1,0 +1,121 @@
+//! Rooms: where a game's actor hands each accepted event's views to whoever watches.
+//!
+//! An actor computes the per-seat views of a game once per accepted event (X's view, O's
+//! view, the spectator view) and publishes them here exactly once; the room fans them out.
+//! Subscribers (WebSocket sockets, an agent's `game_wait`) live in rooms, never in actors,
+//! so an actor can stop after its idle timeout whatever its audience.
+//!
+//! [`Rooms`] is the interface the WebSocket relay implements later (across hub nodes it is
+//! fed through Redis pub/sub). [`LocalRooms`] is the in-process implementation: one bounded
+//! broadcast channel per game, created when the first subscriber arrives and dropped when
+//! the last one leaves. A slow subscriber loses old views (it sees `Lagged` and should
+//! resync with a fresh `game.state`), it never slows the actor down.
+//!
+//! What this module deliberately does not do: it computes no views and knows no game
+//! rules; it never sees a raw board, only [`GameState`]s that were redacted for their seat.
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use games::Seat;
+use tokio::sync::broadcast;
+
+use crate::game::GameState;
+
+/// The three views of one game at one moment, each already redacted for its viewer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Views {
+    pub x: GameState,
+    pub o: GameState,
+    pub spectator: GameState,
+}
+
+impl Views {
+    /// The view for a seat, or the spectator view for `None`.
+    pub fn for_seat(&self, seat: Option<Seat>) -> &GameState {
+        match seat {
+            Some(Seat::X) => &self.x,
+            Some(Seat::O) => &self.o,
+            None => &self.spectator,
+        }
+    }
+}
+
+/// Why views are being published, so the relay can tag the mover's message with its `ref`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// An event was accepted; `seat` is the seat that posted it (if any).
+    Accepted { seat: Option<Seat>, hash: String },
+    /// A seat joined or the game's phase changed without an event (O paired, a cancel).
+    Phase,
+}
+
+/// One publication: what happened and everyone's view of the game afterwards.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Publication {
+    pub inbox: String,
+    pub game: String,
+    pub cause: Cause,
+    pub views: Arc<Views>,
+}
+
+/// The fan-out interface. Actors call [`Rooms::publish`] once per accepted event; it must
+/// not block (the actor is adjudicating other events meanwhile).
+pub trait Rooms: Send + Sync {
+    fn publish(&self, publication: Publication);
+}
+
+/// How many publications a subscriber may fall behind before it loses the oldest.
+const ROOM_BACKLOG: usize = 64;
+
+/// The in-process rooms: a broadcast channel per subscribed game.
+#[derive(Default)]
+pub struct LocalRooms {
+    rooms: DashMap<(String, String), broadcast::Sender<Publication>>,
+}
+
+impl LocalRooms {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Subscribes to one game's publications from now on.
+    pub fn subscribe(&self, inbox: &str, game: &str) -> broadcast::Receiver<Publication> {
+        self.rooms
+            .entry((inbox.to_string(), game.to_string()))
+            .or_insert_with(|| broadcast::channel(ROOM_BACKLOG).0)
+            .subscribe()
+    }
+
+    /// How many games currently have a room (at least one subscriber since the last
+    /// publication).
+    pub fn len(&self) -> usize {
+        self.rooms.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rooms.is_empty()
+    }
+}
+
+impl Rooms for LocalRooms {
+    fn publish(&self, publication: Publication) {
+        let key = (publication.inbox.clone(), publication.game.clone());
+        let Some(sender) = self.rooms.get(&key).map(|s| s.clone()) else {
+            return;
+        };
+        if sender.send(publication).is_err() {
+            // Nobody listens any more: drop the room, unless a subscriber arrived between
+            // the send and now.
+            self.rooms.remove_if(&key, |_, s| s.receiver_count() == 0);
+        }
+    }
+}
+
+/// Rooms that drop everything: for a hub with no relay and no subscribers.
+#[derive(Debug, Default)]
+pub struct NoRooms;
+
+impl Rooms for NoRooms {
+    fn publish(&self, _publication: Publication) {}
+}
