@@ -3,7 +3,13 @@
 //! [`Event`] is the typed form of one event. It is only ever built from input that has
 //! passed every section-1 check (`Event::parse`), or by a writer that fills in a valid
 //! event itself; both give the same canonical bytes as the raw input (see [`crate::canonical`]).
+//!
+//! Parsing stops at the event's *shape*: fields, types, enums and charsets. Whether the
+//! event makes sense in its game (seq, chain, turn, signature, move) is the verifier's
+//! business, so that a start with a `move` reaches it and is called `start_has_move`.
 
+use crate::json;
+use crate::reason::{Reason, Refusal};
 use serde_json::{Map, Value};
 use std::fmt;
 
@@ -104,4 +110,166 @@ pub struct Event {
     pub rules: Option<Map<String, Value>>,
     pub status: Option<Status>,
     pub sig: Option<String>,
+}
+
+impl Action {
+    pub fn parse(s: &str) -> Option<Action> {
+        match s {
+            "start" => Some(Action::Start),
+            "move" => Some(Action::Move),
+            "resign" => Some(Action::Resign),
+            _ => None,
+        }
+    }
+}
+
+impl Status {
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "in_progress" => Some(Status::InProgress),
+            "win" => Some(Status::Win),
+            "draw" => Some(Status::Draw),
+            _ => None,
+        }
+    }
+}
+
+/// The top-level fields of an event; any other is `schema`.
+const FIELDS: [&str; 10] = [
+    "game", "seq", "prevHash", "player", "action", "move", "protocol", "rules", "status", "sig",
+];
+
+impl Event {
+    /// Parses one raw input (a log line without its line ending, or an HTTP body) with the
+    /// default size limit: the JSON checks of [`crate::json`], then the `schema` checks.
+    pub fn parse(raw: &[u8]) -> Result<Event, Refusal> {
+        Event::parse_with_limit(raw, json::MAX_BYTES)
+    }
+
+    /// [`Event::parse`] with another size limit.
+    pub fn parse_with_limit(raw: &[u8], limit: usize) -> Result<Event, Refusal> {
+        Event::from_object(json::parse_object(raw, limit)?)
+    }
+
+    /// The `schema` step alone, on an object that passed the JSON checks. The refusal's
+    /// detail names the offending field.
+    pub fn from_object(mut map: Map<String, Value>) -> Result<Event, Refusal> {
+        if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(schema(unknown));
+        }
+        let game = take_string(&mut map, "game")?;
+        if !is_game_id(&game) {
+            return Err(schema("game"));
+        }
+        let seq = match map.remove("seq") {
+            Some(Value::Number(n)) => n.as_u64().ok_or_else(|| schema("seq"))?,
+            _ => return Err(schema("seq")),
+        };
+        let prev_hash = take_string(&mut map, "prevHash")?;
+        if !(prev_hash.is_empty() || is_lower_hex(&prev_hash, 64)) {
+            return Err(schema("prevHash"));
+        }
+        let player = Seat::parse(&take_string(&mut map, "player")?).ok_or(schema("player"))?;
+        let action = Action::parse(&take_string(&mut map, "action")?).ok_or(schema("action"))?;
+        let mv = map.remove("move");
+        match (action, &mv) {
+            (Action::Move, Some(Value::Object(_))) | (Action::Resign | Action::Start, None) => {}
+            // A start with any move passes here so the verifier can say start_has_move.
+            (Action::Start, Some(_)) => {}
+            _ => return Err(schema("move")),
+        }
+        let protocol = match map.remove("protocol") {
+            None => None,
+            Some(Value::String(s)) if action == Action::Start => Some(s),
+            Some(_) => return Err(schema("protocol")),
+        };
+        let rules = match map.remove("rules") {
+            None => None,
+            Some(Value::Object(m)) if action == Action::Start => Some(m),
+            Some(_) => return Err(schema("rules")),
+        };
+        let status = match map.remove("status") {
+            None => None,
+            Some(Value::String(s)) => Some(Status::parse(&s).ok_or(schema("status"))?),
+            Some(_) => return Err(schema("status")),
+        };
+        let sig = match map.remove("sig") {
+            None => None,
+            Some(Value::String(s)) if is_lower_hex(&s, 128) => Some(s),
+            Some(_) => return Err(schema("sig")),
+        };
+        Ok(Event {
+            game,
+            seq,
+            prev_hash,
+            player,
+            action,
+            mv,
+            protocol,
+            rules,
+            status,
+            sig,
+        })
+    }
+
+    /// The event as one line of JSON, `sig` included: its canonical form plus the
+    /// signature, which is what writers append and what an export holds.
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::with_capacity(256);
+        crate::canonical::write_event(self, true, &mut out);
+        // The writer emits only UTF-8 (strings copied from Rust strings, ASCII around them).
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// The event as a JSON value, `sig` included.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("game".into(), Value::from(self.game.as_str()));
+        m.insert("seq".into(), Value::from(self.seq));
+        m.insert("prevHash".into(), Value::from(self.prev_hash.as_str()));
+        m.insert("player".into(), Value::from(self.player.as_str()));
+        m.insert("action".into(), Value::from(self.action.as_str()));
+        if let Some(mv) = &self.mv {
+            m.insert("move".into(), mv.clone());
+        }
+        if let Some(p) = &self.protocol {
+            m.insert("protocol".into(), Value::from(p.as_str()));
+        }
+        if let Some(r) = &self.rules {
+            m.insert("rules".into(), Value::Object(r.clone()));
+        }
+        if let Some(s) = self.status {
+            m.insert("status".into(), Value::from(s.as_str()));
+        }
+        if let Some(s) = &self.sig {
+            m.insert("sig".into(), Value::from(s.as_str()));
+        }
+        Value::Object(m)
+    }
+}
+
+fn schema(field: &str) -> Refusal {
+    Refusal::with(Reason::Schema, field)
+}
+
+fn take_string(map: &mut Map<String, Value>, field: &str) -> Result<String, Refusal> {
+    match map.remove(field) {
+        Some(Value::String(s)) => Ok(s),
+        _ => Err(schema(field)),
+    }
+}
+
+/// 1–128 characters of `A-Z a-z 0-9 . _ : -`, the first alphanumeric.
+pub fn is_game_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Exactly `len` characters of lowercase hex.
+pub fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
