@@ -1,0 +1,346 @@
+//! Table tests of the chain verifier: every reason of DESIGN.md section 2, each in every
+//! built-in protocol the support module lists, plus the log report in both modes.
+
+mod verify_support;
+
+use games::report::{verify_log, EntryVerdict, Mode};
+use games::verify::{GameChain, Verdict};
+use games::{Action, Event, GameResult, Reason, Registry, Seat, Status, WinBy};
+use serde_json::json;
+use verify_support::{games, lines, Game, Writer};
+
+/// Offers `events` to one chain; every event but the last must be accepted, and the last
+/// must get `want` (a reason and detail, or `None` for accepted).
+fn check(events: &[Event], want: Option<(Reason, Option<&str>)>) -> GameChain {
+    let registry = Registry::builtin();
+    let mut chain = GameChain::new(&registry);
+    let (last, prefix) = events.split_last().expect("at least one event");
+    for (i, e) in prefix.iter().enumerate() {
+        let v = chain.offer(e);
+        assert!(
+            matches!(v, Verdict::Accepted { .. }),
+            "event {i}: {v:?} for {e:?}"
+        );
+    }
+    match (chain.offer(last), want) {
+        (Verdict::Accepted { .. }, None) => {}
+        (Verdict::Rejected(r), Some((reason, detail))) => {
+            assert_eq!(
+                (r.reason, r.detail.as_deref()),
+                (reason, detail),
+                "{last:?}"
+            );
+        }
+        (v, want) => panic!("got {v:?}, want {want:?} for {last:?}"),
+    }
+    chain
+}
+
+fn reject(events: &[Event], reason: Reason) {
+    let registry = Registry::builtin();
+    let mut chain = GameChain::new(&registry);
+    let (last, prefix) = events.split_last().expect("at least one event");
+    for e in prefix {
+        assert!(matches!(chain.offer(e), Verdict::Accepted { .. }), "{e:?}");
+    }
+    match chain.offer(last) {
+        Verdict::Rejected(r) => assert_eq!(r.reason, reason, "{last:?}"),
+        v => panic!("got {v:?}, want {reason} for {last:?}"),
+    }
+}
+
+fn started(g: &Game, w: &mut Writer) -> Vec<Event> {
+    vec![w.start(Some(g.reference), g.rules.clone())]
+}
+
+#[test]
+fn a_whole_game_wins_by_line_then_after_end() {
+    for g in games() {
+        for mut w in [Writer::unsigned("g1"), Writer::signed("g1", "seed")] {
+            let mut log = started(&g, &mut w);
+            let (last, moves) = g.win.split_last().unwrap();
+            log.extend(moves.iter().map(|m| w.play(m.clone())));
+            log.push(w.play_claiming(last.clone(), Status::Win));
+            let chain = check(&log, None);
+            assert_eq!(chain.result(), Some(GameResult::win(Seat::X, WinBy::Line)));
+            assert_eq!(chain.accepted(), log.len() as u64);
+            assert_eq!(chain.signed(), w.keys_value().is_some());
+            log.push(w.play(g.win[1].clone()));
+            check(&log, Some((Reason::AfterEnd, None)));
+        }
+    }
+}
+
+#[test]
+fn before_genesis() {
+    for g in games() {
+        let mut w = Writer::unsigned("g");
+        let start = w.start(Some(g.reference), g.rules.clone());
+        let first = w.play(g.win[0].clone());
+        check(&[first], Some((Reason::NoStart, None)));
+        for (field, edit) in [
+            ("seq", (|e: &mut Event| e.seq = 1) as fn(&mut Event)),
+            ("prevHash", |e| e.prev_hash = "a".repeat(64)),
+            ("player", |e| e.player = Seat::O),
+            ("status", |e| e.status = Some(Status::Win)),
+        ] {
+            let mut bad = start.clone();
+            edit(&mut bad);
+            bad.mv = Some(json!({})); // bad_start is checked before start_has_move
+            check(&[bad], Some((Reason::BadStart, Some(field))));
+        }
+        let mut claims = start.clone();
+        claims.status = Some(Status::InProgress);
+        check(&[claims], None);
+        for mv in [json!({}), json!(1), json!(null)] {
+            let mut bad = start.clone();
+            bad.mv = Some(mv);
+            check(&[bad], Some((Reason::StartHasMove, None)));
+        }
+        let mut bad = start.clone();
+        bad.rules = g.bad_rules.as_object().cloned();
+        reject(&[bad], Reason::BadRules);
+        let mut unknown_field = start.clone();
+        unknown_field.rules = json!({"speed": 1}).as_object().cloned();
+        reject(&[unknown_field], Reason::BadRules);
+    }
+}
+
+#[test]
+fn keys_and_inboxes_are_checked_at_the_start() {
+    let good_keys = Writer::signed("g", "s").keys_value().unwrap();
+    let weak = format!("01{}", "00".repeat(31));
+    for g in games() {
+        let w = Writer::unsigned("g");
+        let cases = [
+            (json!({"keys": {"X": good_keys["X"]}}), "keys"),
+            (json!({"keys": {"X": good_keys["X"], "O": weak}}), "keys"),
+            (
+                json!({"keys": {"X": good_keys["X"], "O": good_keys["O"], "Z": good_keys["O"]}}),
+                "keys",
+            ),
+            (
+                json!({"keys": {"X": good_keys["X"], "O": good_keys["O"].as_str().unwrap().to_uppercase()}}),
+                "keys",
+            ),
+            (json!({"keys": "x"}), "keys"),
+            (json!({"inboxes": []}), "inboxes"),
+            (
+                json!({"inboxes": ["a", "b", "c", "d", "e", "f", "g", "h", "i"]}),
+                "inboxes",
+            ),
+            (json!({"inboxes": ["é".repeat(257)]}), "inboxes"),
+            (json!({"inboxes": [1]}), "inboxes"),
+        ];
+        for (rules, detail) in cases {
+            let mut e = w.start_draft(Some(g.reference), g.rules.clone());
+            let mut all = e.rules.take().unwrap_or_default();
+            all.extend(rules.as_object().unwrap().clone());
+            e.rules = Some(all);
+            check(&[e], Some((Reason::BadRules, Some(detail))));
+        }
+        let mut ok = w.start_draft(Some(g.reference), g.rules.clone());
+        let mut rules = ok.rules.take().unwrap_or_default();
+        rules.insert("inboxes".into(), json!(["é".repeat(256), "default"]));
+        ok.rules = Some(rules);
+        let chain = check(&[ok], None);
+        assert_eq!(chain.inboxes().map(<[String]>::len), Some(2));
+        assert!(!chain.rules().unwrap().contains_key("inboxes"));
+    }
+}
+
+#[test]
+fn signatures_at_the_start_and_after() {
+    for g in games() {
+        let mut w = Writer::signed("s", "seed");
+        let draft = w.start_draft(Some(g.reference), g.rules.clone());
+        check(&[draft.clone()], Some((Reason::MissingSignature, None)));
+        let mut wrong = w.sign(draft.clone());
+        wrong.player = Seat::O; // O's key would not do either: bad_start comes first
+        check(&[wrong], Some((Reason::BadStart, Some("player"))));
+        let mut forged = w.sign(draft);
+        forged.sig = Some("ab".repeat(64));
+        check(&[forged], Some((Reason::BadSignature, None)));
+
+        let log = started(&g, &mut w);
+        let unsigned_move = w.draft(Action::Move, Some(g.win[0].clone()));
+        check(
+            &[log.clone(), vec![unsigned_move.clone()]].concat(),
+            Some((Reason::MissingSignature, None)),
+        );
+        // Signed by the other seat's key: O signs, then the event claims X.
+        let mut by_o = unsigned_move.clone();
+        by_o.player = Seat::O;
+        let mut by_o = w.sign(by_o);
+        by_o.player = Seat::X;
+        check(
+            &[log.clone(), vec![by_o]].concat(),
+            Some((Reason::BadSignature, None)),
+        );
+        // A signature over other bytes.
+        let mut edited = w.sign(unsigned_move);
+        edited.status = Some(Status::InProgress);
+        check(
+            &[log, vec![edited]].concat(),
+            Some((Reason::BadSignature, None)),
+        );
+    }
+}
+
+#[test]
+fn a_sig_in_an_unsigned_game_is_ignored() {
+    for g in games() {
+        let mut w = Writer::unsigned("u");
+        let mut start = w.start_draft(Some(g.reference), g.rules.clone());
+        start.sig = Some("cd".repeat(64));
+        let start = w.commit(start);
+        let mut mv = w.draft(Action::Move, Some(g.win[0].clone()));
+        mv.sig = Some("ef".repeat(64));
+        check(&[start, mv], None);
+    }
+}
+
+#[test]
+fn after_genesis() {
+    for g in games() {
+        let mut w = Writer::unsigned("g");
+        let mut log = started(&g, &mut w);
+        log.push(w.play(g.win[0].clone()));
+        log.push(w.play(g.win[1].clone()));
+        let with = |e: Event| [log.clone(), vec![e]].concat();
+
+        let mut again = log[0].clone();
+        again.seq = 7; // whatever else is wrong with it
+        check(&with(again), Some((Reason::TwoGenesis, None)));
+        check(&with(log[1].clone()), Some((Reason::StaleSeq, None)));
+        let mut skip = w.draft(Action::Move, Some(g.win[2].clone()));
+        skip.seq += 1;
+        check(&with(skip), Some((Reason::BadSeq, None)));
+        let mut prev = w.draft(Action::Move, Some(g.win[2].clone()));
+        prev.prev_hash = "0".repeat(64);
+        check(&with(prev), Some((Reason::BadPrevHash, None)));
+        let mut wrong = w.draft(Action::Move, Some(g.win[2].clone()));
+        wrong.player = Seat::O;
+        check(&with(wrong), Some((Reason::WrongPlayer, None)));
+        let (illegal, detail) = g.illegal.clone();
+        check(
+            &with(w.draft(Action::Move, Some(illegal))),
+            Some((Reason::IllegalMove, Some(detail))),
+        );
+        let shape = w.draft(Action::Move, Some(g.bad_shape.clone()));
+        check(&with(shape), Some((Reason::IllegalMove, Some("bad_move"))));
+        let mut claim = w.draft(Action::Move, Some(g.win[2].clone()));
+        claim.status = Some(Status::Draw);
+        let chain = check(&with(claim), Some((Reason::StatusMismatch, None)));
+        // The refused claim left the board as it was: the same move now goes through.
+        assert_eq!(chain.seq(), Some(2));
+        let mut honest = w.draft(Action::Move, Some(g.win[2].clone()));
+        honest.status = Some(Status::InProgress);
+        check(&with(honest), None);
+    }
+}
+
+#[test]
+fn resignations() {
+    for g in games() {
+        for seat in [Seat::X, Seat::O] {
+            let mut w = Writer::unsigned("r");
+            let mut log = started(&g, &mut w);
+            log.push(w.play(g.win[0].clone()));
+            let mut bad = w.draft(Action::Resign, None);
+            bad.player = seat;
+            bad.status = Some(Status::Draw);
+            check(
+                &[log.clone(), vec![bad]].concat(),
+                Some((Reason::StatusMismatch, None)),
+            );
+            let mut claim = w.draft(Action::Resign, None);
+            claim.player = seat;
+            claim.status = Some(Status::Win);
+            log.push(w.commit(claim));
+            let chain = check(&log, None);
+            assert_eq!(
+                chain.result(),
+                Some(GameResult::win(seat.other(), WinBy::Resign))
+            );
+            log.push(w.resign(seat.other()));
+            check(&log, Some((Reason::AfterEnd, None)));
+        }
+    }
+}
+
+#[test]
+fn unknown_protocol_skips_the_game_for_good() {
+    for g in games() {
+        let registry = Registry::builtin();
+        let mut chain = GameChain::new(&registry);
+        let mut w = Writer::unsigned("k");
+        let bad = w.start_draft(Some("pipehub:go"), json!({}));
+        assert_eq!(chain.offer(&bad), Verdict::Skipped);
+        let good = w.start(Some(g.reference), g.rules.clone());
+        assert_eq!(chain.offer(&good), Verdict::Skipped);
+        assert!(chain.is_skipped());
+        // An established game is never skipped.
+        let mut chain = GameChain::new(&registry);
+        assert!(matches!(chain.offer(&good), Verdict::Accepted { .. }));
+        let mut other = bad.clone();
+        other.protocol = Some("PIPEHUB:TIC-TAC-TOE".into());
+        assert_eq!(
+            chain.offer(&other),
+            Verdict::Rejected(Reason::TwoGenesis.into())
+        );
+    }
+}
+
+#[test]
+fn report_strict_and_inbox() {
+    let registry = Registry::builtin();
+    let g = &games()[0];
+    let mut a = Writer::unsigned("a");
+    let mut b = Writer::unsigned("b");
+    let a0 = a.start(None, json!({}));
+    let b0 = b.start(Some(g.reference), json!({}));
+    let a1 = a.play(g.win[0].clone());
+    let stale = a1.clone();
+    let a2 = a.play(g.win[1].clone());
+    let mut log = lines(&[a0, b0, a1, stale, a2]);
+    log.insert_str(0, "\n{\"game\":\"a\"}\r\n");
+    log.push_str("{\"game\":\"z\",\"seq\":0,\"prevHash\":\"\",\"player\":\"X\",\"action\":\"start\",\"protocol\":\"x:y\"}\n");
+
+    let strict = verify_log(log.as_bytes(), Mode::Strict, &registry);
+    let json: Vec<String> = strict.iter().map(|e| e.to_json()).collect();
+    assert_eq!(
+        json,
+        [
+            r#"{"game":null,"verdict":"invalid","result":null,"line":2,"seq":null,"reason":"schema","detail":"seq","rejected":[]}"#,
+            r#"{"game":"a","verdict":"invalid","result":{"status":"in_progress","winner":null,"by":null},"line":6,"seq":1,"reason":"stale_seq","detail":null,"rejected":[]}"#,
+            r#"{"game":"b","verdict":"ok","result":{"status":"in_progress","winner":null,"by":null},"line":4,"seq":0,"reason":null,"detail":null,"rejected":[]}"#,
+            r#"{"game":"z","verdict":"skipped","result":null,"line":null,"seq":null,"reason":"unknown_protocol","detail":null,"rejected":[]}"#,
+        ]
+    );
+    let plain: Vec<String> = strict.iter().map(|e| e.to_plain()).collect();
+    assert_eq!(
+        plain,
+        [
+            "- invalid line=2 reason=schema seq",
+            "a invalid line=6 seq=1 reason=stale_seq",
+            "b ok in_progress",
+            "z skipped unknown_protocol",
+        ]
+    );
+
+    let inbox = verify_log(log.as_bytes(), Mode::Inbox, &registry);
+    assert_eq!(inbox[1].verdict, EntryVerdict::Ok);
+    assert_eq!(
+        inbox[1].to_json(),
+        r#"{"game":"a","verdict":"ok","result":{"status":"in_progress","winner":null,"by":null},"line":7,"seq":2,"reason":null,"detail":null,"rejected":[{"line":6,"seq":1,"reason":"stale_seq","detail":null}]}"#
+    );
+    let never =
+        "{\"game\":\"n\",\"seq\":1,\"prevHash\":\"\",\"player\":\"X\",\"action\":\"resign\"}\n";
+    let entries = verify_log(never.as_bytes(), Mode::Inbox, &registry);
+    assert_eq!(
+        entries[0].to_plain(),
+        "n invalid line=1 seq=1 reason=no_start"
+    );
+    assert_eq!(entries[0].rejected.len(), 1);
+}
