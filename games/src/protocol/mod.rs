@@ -15,6 +15,7 @@
 
 pub mod connect_four;
 mod grid;
+pub mod rps;
 pub mod spec;
 pub mod specjson;
 pub mod tictactoe;
@@ -185,6 +186,7 @@ impl Registry {
             // One line per game.
             Arc::new(tictactoe::TicTacToe::new()),
             Arc::new(connect_four::ConnectFour::new()),
+            Arc::new(rps::RockPaperScissors::new()),
         ];
         Registry {
             protocols,
