@@ -1,0 +1,438 @@
+//! A segmented append-only log of checksummed frames: the on-disk layer of the embedded
+//! inbox and of the embedded meta store.
+//!
+//! A frame is `len: u32 LE`, `crc32(payload): u32 LE`, then `len` bytes of payload. Frames
+//! are appended to the newest segment file (`{stem}-{n:08}.log`); when it passes its size
+//! limit the next batch goes to a fresh segment. Older segments are complete: the last
+//! batch written to one was fsynced before the next segment was made.
+//!
+//! At open every segment is read front to back. The first frame that is short or fails its
+//! checksum in the *newest* segment marks a torn tail — a batch that was being written when
+//! the process died, never acknowledged — and the segment is cut there. The same damage in
+//! an older segment is not a torn tail but lost data, and open refuses it.
+//!
+//! What it deliberately does not do: interpret payloads, keep an index, compact, or decide
+//! when to fsync. Its owner batches frames and calls [`SegmentLog::write_batch`] once per
+//! batch, which writes them with one `write` and one `fdatasync`.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::StoreError;
+
+/// Bytes of a frame header: length and checksum.
+pub const HEADER: usize = 8;
+/// No payload this store writes comes near this; a larger length field is damage.
+pub const MAX_PAYLOAD: usize = 16 << 20;
+
+/// Where one frame's payload sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FramePos {
+    pub segment: u32,
+    /// Offset of the payload (after the header) in its segment.
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// Read handles of every segment, shared with readers while the owner appends.
+#[derive(Clone, Default)]
+pub struct Segments(Arc<RwLock<Vec<Arc<File>>>>);
+
+impl Segments {
+    /// Reads one payload back. The caller got `pos` from this log, so a short read means
+    /// the file changed under us.
+    pub fn read(&self, pos: FramePos) -> Result<Vec<u8>, StoreError> {
+        let file = self
+            .0
+            .read()
+            .get(pos.segment as usize)
+            .cloned()
+            .ok_or_else(|| StoreError::Corrupt(format!("no segment {}", pos.segment)))?;
+        let mut buf = vec![0u8; pos.len as usize];
+        file.read_exact_at(&mut buf, pos.offset)?;
+        Ok(buf)
+    }
+}
+
+/// What open found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub frames: u64,
+    pub bytes: u64,
+    /// Bytes cut from the newest segment's torn tail.
+    pub truncated: u64,
+}
+
+/// The writable log. Owned by one writer; readers use [`Segments`].
+pub struct SegmentLog {
+    dir: PathBuf,
+    stem: &'static str,
+    max_segment: u64,
+    segments: Segments,
+    /// File number of the first segment still on disk; `FramePos::segment` counts from it.
+    first: u32,
+    active: Arc<File>,
+    active_index: u32,
+    active_len: u64,
+}
+
+/// Appends one frame holding whatever `payload` writes into `out`.
+pub fn frame(out: &mut Vec<u8>, payload: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER]);
+    payload(out);
+    let len = (out.len() - start - HEADER) as u32;
+    let crc = crc32fast::hash(&out[start + HEADER..]);
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The frames of a batch buffer built with [`frame`], as (offset in buffer, payload length).
+pub fn frames_in(buf: &[u8]) -> Vec<(usize, u32)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + HEADER <= buf.len() {
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&buf[at..at + 4]);
+        let len = u32::from_le_bytes(len);
+        out.push((at + HEADER, len));
+        at += HEADER + len as usize;
+    }
+    out
+}
+
+fn segment_path(dir: &Path, stem: &str, index: u32) -> PathBuf {
+    dir.join(format!("{stem}-{index:08}.log"))
+}
+
+/// Makes a newly created or removed directory entry durable.
+pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+fn open_segment(path: &Path) -> Result<File, StoreError> {
+    Ok(OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?)
+}
+
+impl SegmentLog {
+    /// Opens (or creates) the log `stem` in `dir` and hands every intact payload to
+    /// `visit`, in order, with its position.
+    pub fn open(
+        dir: &Path,
+        stem: &'static str,
+        max_segment: u64,
+        mut visit: impl FnMut(FramePos, &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(SegmentLog, Replayed), StoreError> {
+        fs::create_dir_all(dir)?;
+        let indexes = segment_indexes(dir, stem)?;
+        let mut files = Vec::new();
+        let mut replayed = Replayed::default();
+        let mut active_len = 0;
+        let first = indexes.first().copied().unwrap_or(0);
+        for (i, &index) in indexes.iter().enumerate() {
+            // A compaction removes old segments from the front, so what is left is always
+            // a run of consecutive numbers; a gap means a segment went missing.
+            if index != first + i as u32 {
+                return Err(StoreError::Corrupt(format!(
+                    "{stem} segment {} is missing",
+                    first + i as u32
+                )));
+            }
+            let path = segment_path(dir, stem, index);
+            let file = open_segment(&path)?;
+            let data = fs::read(&path)?;
+            let good = scan(&data, i as u32, &mut replayed, &mut visit)?;
+            if good < data.len() {
+                if i + 1 != indexes.len() {
+                    return Err(StoreError::Corrupt(format!(
+                        "{} is damaged at byte {good} and is not the newest segment",
+                        path.display()
+                    )));
+                }
+                let cut = (data.len() - good) as u64;
+                tracing::warn!(segment = %path.display(), offset = good, bytes = cut, "cutting a torn tail");
+                file.set_len(good as u64)?;
+                file.sync_all()?;
+                replayed.truncated = cut;
+            }
+            active_len = good as u64;
+            files.push(Arc::new(file));
+        }
+        if files.is_empty() {
+            files.push(Arc::new(open_segment(&segment_path(dir, stem, first))?));
+            sync_dir(dir)?;
+        }
+        let active_index = (files.len() - 1) as u32;
+        let active = files[active_index as usize].clone();
+        let log = SegmentLog {
+            dir: dir.to_path_buf(),
+            stem,
+            max_segment,
+            segments: Segments(Arc::new(RwLock::new(files))),
+            first,
+            active,
+            active_index,
+            active_len,
+        };
+        Ok((log, replayed))
+    }
+
+    pub fn segments(&self) -> Segments {
+        self.segments.clone()
+    }
+
+    /// Where the next batch of `len` bytes will go: (segment, offset). Starts a new
+    /// segment first when the active one is full, so a batch never spans two segments.
+    pub fn reserve(&mut self, len: usize) -> Result<(u32, u64), StoreError> {
+        if self.active_len > 0 && self.active_len + len as u64 > self.max_segment {
+            let index = self.active_index + 1;
+            let path = segment_path(&self.dir, self.stem, self.first + index);
+            let file = Arc::new(open_segment(&path)?);
+            sync_dir(&self.dir)?;
+            self.segments.0.write().push(file.clone());
+            self.active = file;
+            self.active_index = index;
+            self.active_len = 0;
+        }
+        Ok((self.active_index, self.active_len))
+    }
+
+    /// Writes a batch at the reserved place, then fdatasyncs it when `sync` is set. On
+    /// failure it tries to cut the partial batch so later frames do not follow garbage.
+    pub fn write_batch(&mut self, buf: &[u8], sync: bool) -> Result<(), StoreError> {
+        let at = self.active_len;
+        let written = self.active.write_all_at(buf, at).and_then(|()| {
+            if sync {
+                self.active.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        match written {
+            Ok(()) => {
+                self.active_len += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.active.set_len(at);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Makes everything written so far durable.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.active.sync_data()?;
+        Ok(())
+    }
+
+    /// Removes every segment before the active one, oldest first, after a compaction
+    /// wrote the whole state into the active segment and synced it. A crash halfway leaves
+    /// a run of consecutive segments whose replay still ends in the compacted state.
+    pub fn drop_older_segments(&mut self) -> Result<(), StoreError> {
+        for index in 0..self.active_index {
+            fs::remove_file(segment_path(&self.dir, self.stem, self.first + index))?;
+        }
+        sync_dir(&self.dir)?;
+        self.first += self.active_index;
+        self.active_index = 0;
+        let mut files = self.segments.0.write();
+        files.clear();
+        files.push(self.active.clone());
+        Ok(())
+    }
+
+    /// Forces the next batch into a fresh segment.
+    pub fn roll(&mut self) -> Result<(), StoreError> {
+        if self.active_len > 0 {
+            let max = self.max_segment;
+            self.max_segment = 0;
+            let rolled = self.reserve(1);
+            self.max_segment = max;
+            rolled?;
+        }
+        Ok(())
+    }
+
+    pub fn active_len(&self) -> u64 {
+        self.active_len
+    }
+}
+
+fn segment_indexes(dir: &Path, stem: &str) -> Result<Vec<u32>, StoreError> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = name.strip_prefix(stem).and_then(|r| r.strip_prefix('-')) else {
+            continue;
+        };
+        if let Some(Ok(n)) = rest.strip_suffix(".log").map(str::parse::<u32>) {
+            out.push(n);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Visits the intact frames of one segment; returns where the intact part ends.
+fn scan(
+    data: &[u8],
+    segment: u32,
+    replayed: &mut Replayed,
+    visit: &mut impl FnMut(FramePos, &[u8]) -> Result<(), StoreError>,
+) -> Result<usize, StoreError> {
+    let mut at = 0;
+    while at + HEADER <= data.len() {
+        let mut word = [0u8; 4];
+        word.copy_from_slice(&data[at..at + 4]);
+        let len = u32::from_le_bytes(word) as usize;
+        word.copy_from_slice(&data[at + 4..at + 8]);
+        let crc = u32::from_le_bytes(word);
+        let start = at + HEADER;
+        if len > MAX_PAYLOAD || start + len > data.len() {
+            break;
+        }
+        let payload = &data[start..start + len];
+        if crc32fast::hash(payload) != crc {
+            break;
+        }
+        visit(
+            FramePos {
+                segment,
+                offset: start as u64,
+                len: len as u32,
+            },
+            payload,
+        )?;
+        replayed.frames += 1;
+        replayed.bytes += (HEADER + len) as u64;
+        at = start + len;
+    }
+    Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(dir: &Path, max: u64) -> (SegmentLog, Replayed, Vec<Vec<u8>>) {
+        let mut seen = Vec::new();
+        let (log, replayed) = SegmentLog::open(dir, "t", max, |_, p| {
+            seen.push(p.to_vec());
+            Ok(())
+        })
+        .expect("open");
+        (log, replayed, seen)
+    }
+
+    fn batch(payloads: &[&[u8]]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        for p in payloads {
+            frame(&mut buf, |out| out.extend_from_slice(p));
+        }
+        buf
+    }
+
+    #[test]
+    fn frames_survive_reopen_across_segments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _, seen) = collect(dir.path(), 64);
+        assert!(seen.is_empty());
+        for i in 0..10u8 {
+            let buf = batch(&[&[i; 20], &[i + 100; 5]]);
+            let (seg, off) = log.reserve(buf.len()).expect("reserve");
+            let frames = frames_in(&buf);
+            log.write_batch(&buf, true).expect("write");
+            let read = log
+                .segments()
+                .read(FramePos {
+                    segment: seg,
+                    offset: off + frames[0].0 as u64,
+                    len: frames[0].1,
+                })
+                .expect("read");
+            assert_eq!(read, vec![i; 20]);
+        }
+        drop(log);
+        let (log, replayed, seen) = collect(dir.path(), 64);
+        assert_eq!(seen.len(), 20);
+        assert_eq!(seen[19], vec![109; 5]);
+        assert_eq!(replayed.truncated, 0);
+        assert!(
+            log.segments().0.read().len() > 1,
+            "64-byte segments must have rolled"
+        );
+    }
+
+    #[test]
+    fn torn_tail_is_cut_and_later_writes_follow_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _, _) = collect(dir.path(), 1 << 20);
+        let buf = batch(&[b"one", b"two"]);
+        log.reserve(buf.len()).expect("reserve");
+        log.write_batch(&buf, true).expect("write");
+        // A batch that died half-written: a whole frame and a partial one.
+        let torn = batch(&[b"three", b"four-four-four"]);
+        log.write_batch(&torn[..torn.len() - 3], false)
+            .expect("write");
+        drop(log);
+        let (mut log, replayed, seen) = collect(dir.path(), 1 << 20);
+        assert_eq!(
+            seen,
+            vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
+        );
+        assert_eq!(replayed.truncated, (HEADER + 14 - 3) as u64);
+        let more = batch(&[b"five"]);
+        log.write_batch(&more, true).expect("write");
+        drop(log);
+        let (_, replayed, seen) = collect(dir.path(), 1 << 20);
+        assert_eq!(seen.last(), Some(&b"five".to_vec()));
+        assert_eq!(replayed.truncated, 0);
+    }
+
+    #[test]
+    fn flipped_byte_in_the_tail_is_cut() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _, _) = collect(dir.path(), 1 << 20);
+        let buf = batch(&[b"keep", b"lose"]);
+        log.write_batch(&buf, true).expect("write");
+        drop(log);
+        let path = segment_path(dir.path(), "t", 0);
+        let mut data = fs::read(&path).expect("read");
+        let last = data.len() - 1;
+        data[last] ^= 0xff;
+        fs::write(&path, &data).expect("write");
+        let (_, replayed, seen) = collect(dir.path(), 1 << 20);
+        assert_eq!(seen, vec![b"keep".to_vec()]);
+        assert_eq!(replayed.truncated, (HEADER + 4) as u64);
+    }
+
+    #[test]
+    fn damage_in_an_older_segment_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _, _) = collect(dir.path(), 16);
+        for _ in 0..3 {
+            let buf = batch(&[b"0123456789"]);
+            log.reserve(buf.len()).expect("reserve");
+            log.write_batch(&buf, true).expect("write");
+        }
+        drop(log);
+        let path = segment_path(dir.path(), "t", 0);
+        let mut data = fs::read(&path).expect("read");
+        data[HEADER] ^= 1;
+        fs::write(&path, &data).expect("write");
+        let opened = SegmentLog::open(dir.path(), "t", 16, |_, _| Ok(()));
+        assert!(matches!(opened, Err(StoreError::Corrupt(_))));
+    }
+}
