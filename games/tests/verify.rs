@@ -154,7 +154,7 @@ fn signatures_at_the_start_and_after() {
     for g in games() {
         let mut w = Writer::signed("s", "seed");
         let draft = w.start_draft(Some(g.reference), g.rules.clone());
-        check(&[draft.clone()], Some((Reason::MissingSignature, None)));
+        check(std::slice::from_ref(&draft), Some((Reason::MissingSignature, None)));
         let mut wrong = w.sign(draft.clone());
         wrong.player = Seat::O; // O's key would not do either: bad_start comes first
         check(&[wrong], Some((Reason::BadStart, Some("player"))));
