@@ -4,9 +4,12 @@
 //! and calls into the library.
 
 pub mod cli;
+pub mod config;
 pub mod game;
+pub mod http;
 pub mod inbox;
 pub mod meta;
 pub mod limits;
 pub mod metrics;
 pub mod rooms;
+pub mod serve;

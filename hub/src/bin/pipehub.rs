@@ -20,6 +20,10 @@ enum Command {
     Verify(cli::verify::Args),
     /// Protocol ids: hash a spec file, or list the built-in protocols.
     Protocol(cli::protocol::Args),
+    /// Drive a running hub with concurrent seated games over WebSockets and report what it sustained.
+    Loadgen(cli::loadgen::Args),
+    /// Run the hub: the inbox, the referee, the HTTP API and the operators' endpoints.
+    Serve(cli::serve::Args),
 }
 
 fn main() {
@@ -27,6 +31,8 @@ fn main() {
     let result = match cli.command {
         Command::Verify(args) => cli::verify::run(args),
         Command::Protocol(args) => cli::protocol::run(args),
+        Command::Loadgen(args) => cli::loadgen::run(args),
+        Command::Serve(args) => cli::serve::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

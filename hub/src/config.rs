@@ -1,0 +1,220 @@
+//! The settings of `pipehub serve`, as plain data.
+//!
+//! [`Config`] is what [`crate::serve::run`] needs to start a hub, independent of how it was
+//! obtained: the command line (`cli::serve`) fills it from flags and environment
+//! variables, tests build it directly. Checks that need no I/O happen when it is built
+//! (a secret too short, a zero shard count); the hub secret's file in the data directory
+//! is read or created by [`Config::secret_bytes`] at start.
+//!
+//! This module deliberately holds no defaults of the engine's own (pairing-code lifetime,
+//! actor idle time): those belong to `game::HubConfig`.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use rand::RngCore;
+
+use crate::limits::RateSpec;
+
+/// The shortest hub secret accepted, in bytes.
+pub const MIN_SECRET_BYTES: usize = 16;
+/// The name of the generated secret inside the data directory.
+pub const SECRET_FILE: &str = "secret";
+
+/// Everything `pipehub serve` is told.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address for HTTP (and, later, WebSocket), e.g. `127.0.0.1:8080`; port 0 picks one.
+    pub listen: String,
+    /// Data directory of the embedded store and the generated secret.
+    pub data: PathBuf,
+    /// Redis URL of the shared backend (not available in this build).
+    pub redis: Option<String>,
+    /// The hub secret given by the operator (raw bytes of the string), else generated.
+    pub secret: Option<String>,
+    /// Events and games one person may post or create.
+    pub rate_limit: RateSpec,
+    /// Failed pairing attempts per client address.
+    pub pairing_limit: RateSpec,
+    /// Open seated games one person may host at once.
+    pub max_open_games: u64,
+    /// Captures one game may have.
+    pub max_captures_per_game: u64,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Protocol of starts that name none.
+    pub default_protocol: String,
+    /// Shard count of a store created now (an existing store keeps its own).
+    pub shards: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8080".into(),
+            data: PathBuf::from("./data"),
+            redis: None,
+            secret: None,
+            rate_limit: RateSpec::DEFAULT_EVENTS,
+            pairing_limit: RateSpec::DEFAULT_PAIRING,
+            max_open_games: 20,
+            max_captures_per_game: 10_000,
+            trusted_proxies: Vec::new(),
+            default_protocol: games::Registry::DEFAULT_REF.into(),
+            shards: 8,
+        }
+    }
+}
+
+/// A setting that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the hub secret must be at least {MIN_SECRET_BYTES} bytes (it has {0})")]
+    ShortSecret(usize),
+    #[error("--shards must be between 1 and 1024 (got {0})")]
+    Shards(u32),
+    #[error("unknown --default-protocol `{0}`; `pipehub protocol list` shows the built-in ones")]
+    UnknownProtocol(String),
+    #[error(
+        "the Redis backend (--redis / PIPEHUB_REDIS) is not available in this build yet; \
+         it is planned as a later issue. Run without --redis to use the embedded store \
+         under --data"
+    )]
+    RedisUnavailable,
+    #[error("hub secret file {path}: {source}")]
+    SecretFile { path: PathBuf, source: io::Error },
+}
+
+impl Config {
+    /// Checks the settings that need no I/O.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.redis.is_some() {
+            return Err(ConfigError::RedisUnavailable);
+        }
+        if let Some(secret) = &self.secret {
+            if secret.len() < MIN_SECRET_BYTES {
+                return Err(ConfigError::ShortSecret(secret.len()));
+            }
+        }
+        if !(1..=1024).contains(&self.shards) {
+            return Err(ConfigError::Shards(self.shards));
+        }
+        if games::Registry::builtin()
+            .get(&self.default_protocol)
+            .is_none()
+        {
+            return Err(ConfigError::UnknownProtocol(self.default_protocol.clone()));
+        }
+        Ok(())
+    }
+
+    /// The hub secret: the operator's, else the one in the data directory, generated (32
+    /// random bytes, readable by this user only) on first run.
+    pub fn secret_bytes(&self) -> Result<Vec<u8>, ConfigError> {
+        if let Some(secret) = &self.secret {
+            if secret.len() < MIN_SECRET_BYTES {
+                return Err(ConfigError::ShortSecret(secret.len()));
+            }
+            return Ok(secret.as_bytes().to_vec());
+        }
+        let path = self.data.join(SECRET_FILE);
+        load_or_create_secret(&path).map_err(|source| ConfigError::SecretFile { path, source })
+    }
+}
+
+fn load_or_create_secret(path: &Path) -> io::Result<Vec<u8>> {
+    match fs::read(path) {
+        Ok(bytes) if bytes.len() >= MIN_SECRET_BYTES => return Ok(bytes),
+        Ok(bytes) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("holds {} bytes, fewer than {MIN_SECRET_BYTES}", bytes.len()),
+            ))
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => return Err(err),
+    }
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    let mut secret = vec![0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut secret);
+    // Written to a temporary name and renamed, so a crash never leaves half a secret
+    // that a restart would then refuse.
+    let tmp = path.with_extension("tmp");
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&tmp)?;
+    file.write_all(&secret)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        // The rename is durable only once the directory is.
+        fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_secret_is_generated_once_private_and_then_reused() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = Config {
+            data: dir.path().join("data"),
+            ..Config::default()
+        };
+        let first = config.secret_bytes().expect("generated");
+        assert_eq!(first.len(), 32);
+        assert_eq!(config.secret_bytes().expect("read back"), first);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(dir.path().join("data").join(SECRET_FILE))
+                .expect("the file exists")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused() {
+        let short = Config {
+            secret: Some("too short".into()),
+            ..Config::default()
+        };
+        assert!(matches!(short.validate(), Err(ConfigError::ShortSecret(9))));
+        let redis = Config {
+            redis: Some("redis://127.0.0.1".into()),
+            ..Config::default()
+        };
+        let err = redis.validate().expect_err("redis is refused");
+        assert!(err.to_string().contains("later issue"));
+        let shards = Config {
+            shards: 0,
+            ..Config::default()
+        };
+        assert!(shards.validate().is_err());
+        let protocol = Config {
+            default_protocol: "nope:chess".into(),
+            ..Config::default()
+        };
+        assert!(protocol.validate().is_err());
+        assert!(Config::default().validate().is_ok());
+        let given = Config {
+            secret: Some("0123456789abcdef".into()),
+            ..Config::default()
+        };
+        assert_eq!(given.secret_bytes().expect("given"), b"0123456789abcdef");
+    }
+}

@@ -1,0 +1,214 @@
+//! The checks every request into a game goes through, as small functions the handlers
+//! call in the order of DESIGN.md section 5: token, rate limit, size, content type, JSON.
+//!
+//! actix's own extractors (`web::Json`, `web::Bytes`) would run all of these before the
+//! handler, in their order, not ours: a body over the limit would be refused before an
+//! unknown token, and a flood of oversized bodies would never meet the rate limit. So a
+//! handler takes the raw [`web::Payload`] and calls [`read_body`] only after the token and
+//! the limiter have passed.
+//!
+//! What this module does not do: decide what a token may do (the engine checks seats) or
+//! what counts against a budget (the handlers say when to charge).
+
+use std::net::IpAddr;
+
+use actix_web::http::header;
+use actix_web::{web, HttpRequest};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use games::reason::Refusal;
+use games::Reason;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use super::AppState;
+use crate::game::SeatAuth;
+use crate::limits::{client_address, Person};
+
+/// Largest body of a posted event (DESIGN.md section 1; its newline not counted).
+pub const EVENT_BODY_LIMIT: usize = games::json::MAX_BYTES;
+/// Largest body of the other JSON requests (create, pair, moves): small objects.
+pub const REQUEST_BODY_LIMIT: usize = 4096;
+
+/// The bearer token of a request, if it has an `Authorization` header. A header that is
+/// not `Bearer TOKEN` is a 401, not an anonymous request: the client meant to authenticate.
+pub fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
+    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?;
+    let token = text
+        .strip_prefix("Bearer ")
+        .or_else(|| text.strip_prefix("bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::unauthorized("use Authorization: Bearer SEAT_TOKEN"))?;
+    Ok(Some(token))
+}
+
+/// Who is calling: the seat a token opens (if a token was sent) and the person the rate
+/// limit counts against.
+pub struct Caller {
+    pub auth: Option<SeatAuth>,
+    pub person: Person,
+}
+
+impl Caller {
+    /// The engine's key of this person (for the open-games cap).
+    pub fn person_key(&self) -> String {
+        match &self.person {
+            Person::Seat(hash) => format!("seat:{}", hex::encode(hash)),
+            Person::Address(ip) => format!("addr:{ip}"),
+        }
+    }
+}
+
+/// The client address, through trusted proxies only.
+pub fn address(state: &AppState, req: &HttpRequest) -> IpAddr {
+    let peer = req
+        .peer_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]));
+    let forwarded = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok());
+    client_address(peer, forwarded, &state.trusted_proxies)
+}
+
+/// Step "token": an unknown token is 401; no token is an anonymous caller.
+pub async fn caller(state: &AppState, req: &HttpRequest) -> Result<Caller, ApiError> {
+    let address = address(state, req);
+    match bearer(req)? {
+        None => Ok(Caller {
+            auth: None,
+            person: Person::Address(address),
+        }),
+        Some(token) => {
+            let auth = state
+                .hub
+                .seat_for_token(token)
+                .await
+                .ok_or_else(|| ApiError::unauthorized("unknown seat token"))?;
+            Ok(Caller {
+                auth: Some(auth),
+                person: Person::seat(token),
+            })
+        }
+    }
+}
+
+/// Step "token" for routes that need a seat of one game: 401 without one, 403 for a seat
+/// of another game.
+pub async fn seat_of(
+    state: &AppState,
+    req: &HttpRequest,
+    inbox: &str,
+    game: &str,
+) -> Result<(Caller, SeatAuth), ApiError> {
+    let caller = caller(state, req).await?;
+    let auth = caller
+        .auth
+        .clone()
+        .ok_or_else(|| ApiError::unauthorized("this route needs a seat token"))?;
+    if auth.inbox != inbox || auth.game != game {
+        return Err(ApiError::forbidden("this token belongs to another game"));
+    }
+    Ok((caller, auth))
+}
+
+/// Step "rate limit": spends one token of the caller's budget.
+pub fn charge(state: &AppState, caller: &Caller) -> Result<(), ApiError> {
+    state.events.charge(&caller.person).map_err(|limited| {
+        state
+            .metrics
+            .rate_limited
+            .with_label_values(&["events"])
+            .inc();
+        ApiError::rate_limited(limited, "events")
+    })
+}
+
+/// Steps "size" and "content type": the whole body, at most `limit` bytes once one
+/// trailing newline is dropped, sent as JSON.
+pub async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    // Room for a trailing "\r\n", which does not count.
+    let hard = limit + 2;
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > hard) {
+        return Err(ApiError::too_large(limit));
+    }
+    let mut body = BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        if body.len() + chunk.len() > hard {
+            return Err(ApiError::too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let mut body = body.freeze();
+    if body.ends_with(b"\n") {
+        body.truncate(body.len() - 1);
+        if body.ends_with(b"\r") {
+            body.truncate(body.len() - 1);
+        }
+    }
+    if body.len() > limit {
+        return Err(ApiError::too_large(limit));
+    }
+    if !is_json(req) {
+        return Err(ApiError::unsupported_media_type());
+    }
+    Ok(body)
+}
+
+/// `application/json`, with or without parameters such as `charset=utf-8`.
+fn is_json(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Step "JSON" for request objects that are not events: the same strict checks as an
+/// event (duplicate keys, numbers, depth), then the request's own shape (`schema`, with
+/// the offending field as detail).
+pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let map: Map<String, Value> =
+        games::json::parse_object(body, REQUEST_BODY_LIMIT).map_err(ApiError::input)?;
+    serde_json::from_value(Value::Object(map))
+        .map_err(|e| ApiError::input(Refusal::with(Reason::Schema, e.to_string())))
+}
+
+/// Inbox names: 1–128 characters of `A-Z a-z 0-9 . _ : -`, starting alphanumeric (the
+/// alphabet of game ids, so both can share URLs and keys safely).
+pub fn check_inbox(inbox: &str) -> Result<(), ApiError> {
+    let ok = !inbox.is_empty()
+        && inbox.len() <= 128
+        && inbox
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && inbox
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "an inbox name is 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit",
+        ))
+    }
+}

@@ -1,0 +1,293 @@
+//! `…/games…` and `/v1/pair`: seated play and game reads.
+//!
+//! Creating a game, posting a hub-held seat's move and resigning spend the caller's event
+//! budget; reads, pairing, cancelling and fresh codes do not (DESIGN.md section 5's
+//! counting rule). Pairing has its own budget of *failed* attempts per client address, so
+//! codes cannot be guessed while an honest guest is never slowed down.
+
+use std::time::Instant;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use games::Viewer;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ErrorBody};
+use super::events::{posted_response, PostedBody, PAGE_DEFAULT, PAGE_MAX};
+use super::extract::{self, REQUEST_BODY_LIMIT};
+use super::AppState;
+use crate::game::{CreateGame, HubError, Phase};
+
+/// `POST /v1/inboxes/{inbox}/games`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateGameBody {
+    /// A protocol ref, e.g. `pipehub:connect-four`; the hub's default when absent.
+    pub protocol: Option<String>,
+    /// The protocol's rules (its defaults when absent).
+    #[schema(value_type = Option<Object>)]
+    pub rules: Option<Map<String, Value>>,
+    /// Signed play (default true).
+    pub signed: Option<bool>,
+    /// X's Ed25519 public key (64 hex) when X's agent holds its own key.
+    pub key: Option<String>,
+}
+
+/// `POST /v1/pair`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PairBody {
+    /// The 8-character pairing code.
+    pub code: String,
+    /// O's Ed25519 public key (64 hex) when O's agent holds its own key.
+    pub key: Option<String>,
+}
+
+/// Query of a game listing.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct GamesQuery {
+    /// `waiting`, `paired` or `started`.
+    pub phase: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<usize>,
+}
+
+/// Games of an inbox, newest first.
+#[utoipa::path(get, path = "/v1/inboxes/{inbox}/games", tag = "games",
+    params(("inbox" = String, Path, description = "inbox name"), GamesQuery),
+    responses((status = 200, description = "`{items: [{game, protocol, phase, result}], next}`", body = Object),
+              (status = 400, description = "a bad phase or limit", body = ErrorBody)))]
+pub async fn list_games(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    query: web::Query<GamesQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let inbox = path.into_inner();
+    extract::check_inbox(&inbox)?;
+    let q = query.into_inner();
+    let phase = match q.phase.as_deref() {
+        None => None,
+        Some(p) => Some(
+            Phase::parse(p)
+                .ok_or_else(|| ApiError::bad_request("phase is one of waiting, paired, started"))?,
+        ),
+    };
+    let limit = q.limit.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
+    Ok(HttpResponse::Ok().json(state.hub.games(&inbox, phase, limit).await?))
+}
+
+/// Create a seated game: seat X, reserve the id, get a pairing code.
+#[utoipa::path(post, path = "/v1/inboxes/{inbox}/games", tag = "seats",
+    params(("inbox" = String, Path, description = "inbox name")),
+    request_body = CreateGameBody,
+    responses((status = 201, description = "`{inbox, game, seat: X, token, pairingCode, expiresAt}`", body = Object),
+              (status = 400, description = "malformed body", body = ErrorBody),
+              (status = 409, description = "too many open games", body = ErrorBody),
+              (status = 422, description = "bad rules or unknown protocol", body = ErrorBody),
+              (status = 429, description = "rate limited", body = ErrorBody)))]
+pub async fn create_game(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let inbox = path.into_inner();
+    extract::check_inbox(&inbox)?;
+    let caller = extract::caller(&state, &req).await?;
+    extract::charge(&state, &caller)?;
+    let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
+    let body: CreateGameBody = extract::parse_request(&body)?;
+    let create = CreateGame {
+        protocol: body.protocol,
+        rules: body.rules,
+        signed: body.signed.unwrap_or(true),
+        key: body.key,
+    };
+    let created = state
+        .hub
+        .create_game(&inbox, create, &caller.person_key())
+        .await?;
+    state.metrics.games_created.inc();
+    Ok(HttpResponse::Created().json(created))
+}
+
+/// Redeem a pairing code: seat O.
+#[utoipa::path(post, path = "/v1/pair", tag = "seats", request_body = PairBody,
+    responses((status = 200, description = "`{inbox, game, seat: O, token}`", body = Object),
+              (status = 404, description = "unknown code", body = ErrorBody),
+              (status = 410, description = "code_used or code_expired", body = ErrorBody),
+              (status = 429, description = "too many failed attempts from this address", body = ErrorBody)))]
+pub async fn pair(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let address = extract::address(&state, &req);
+    state
+        .pairing
+        .check(address, Instant::now())
+        .map_err(|limited| {
+            state
+                .metrics
+                .rate_limited
+                .with_label_values(&["pairing"])
+                .inc();
+            ApiError::rate_limited(limited, "failed pairing attempts")
+        })?;
+    let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
+    let body: PairBody = extract::parse_request(&body)?;
+    match state.hub.pair(&body.code, body.key).await {
+        Ok(paired) => Ok(HttpResponse::Ok().json(paired)),
+        Err(err) => {
+            let failed = match &err {
+                HubError::NotFound(_) => Some("unknown"),
+                HubError::CodeUsed => Some("used"),
+                HubError::CodeExpired => Some("expired"),
+                _ => None,
+            };
+            if let Some(why) = failed {
+                state.pairing.failed(address, Instant::now());
+                state
+                    .metrics
+                    .pairing_failures
+                    .with_label_values(&[why])
+                    .inc();
+            }
+            Err(err.into())
+        }
+    }
+}
+
+/// The verified state of a game, as a spectator sees it.
+#[utoipa::path(get, path = "/v1/inboxes/{inbox}/games/{game}", tag = "games",
+    params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
+    responses((status = 200, description = "a `game.state` with the spectator view", body = Object),
+              (status = 404, description = "no such game", body = ErrorBody)))]
+pub async fn game_state(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (inbox, game) = path.into_inner();
+    extract::check_inbox(&inbox)?;
+    Ok(HttpResponse::Ok().json(state.hub.state(&inbox, &game, Viewer::Spectator).await?))
+}
+
+/// A seat's own state and board.
+#[utoipa::path(get, path = "/v1/inboxes/{inbox}/games/{game}/view", tag = "seats",
+    params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
+    responses((status = 200, description = "a `game.state` for the token's seat", body = Object),
+              (status = 401, description = "no or unknown token", body = ErrorBody),
+              (status = 403, description = "a token of another game", body = ErrorBody)),
+    security(("seat_token" = [])))]
+pub async fn seat_view(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (inbox, game) = path.into_inner();
+    let (_, auth) = extract::seat_of(&state, &req, &inbox, &game).await?;
+    let view = state
+        .hub
+        .state(&inbox, &game, Viewer::Seat(auth.seat))
+        .await?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+/// The accepted chain as JSON Lines, which `pipehub verify` accepts.
+#[utoipa::path(get, path = "/v1/inboxes/{inbox}/games/{game}/export", tag = "games",
+    params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
+    responses((status = 200, description = "one event per line", body = String, content_type = "application/x-ndjson"),
+              (status = 404, description = "no such game", body = ErrorBody)))]
+pub async fn export_game(
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (inbox, game) = path.into_inner();
+    extract::check_inbox(&inbox)?;
+    let lines = state.hub.export(&inbox, &game).await?;
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .body(lines))
+}
+
+/// Cancel an unpaired game (X's token).
+#[utoipa::path(delete, path = "/v1/inboxes/{inbox}/games/{game}", tag = "seats",
+    params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
+    responses((status = 204, description = "cancelled"),
+              (status = 403, description = "not X of this game", body = ErrorBody),
+              (status = 409, description = "already paired", body = ErrorBody)),
+    security(("seat_token" = [])))]
+pub async fn cancel_game(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (inbox, game) = path.into_inner();
+    let (_, auth) = extract::seat_of(&state, &req, &inbox, &game).await?;
+    state.hub.cancel(&auth).await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// A fresh pairing code for an unpaired game (X's token); the old one dies.
+#[utoipa::path(post, path = "/v1/inboxes/{inbox}/games/{game}/code", tag = "seats",
+    params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
+    responses((status = 200, description = "`{inbox, game, pairingCode, expiresAt}`", body = Object),
+              (status = 403, description = "not X of this game", body = ErrorBody),
+              (status = 409, description = "already paired", body = ErrorBody)),
+    security(("seat_token" = [])))]
+pub async fn new_code(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (inbox, game) = path.into_inner();
+    let (_, auth) = extract::seat_of(&state, &req, &inbox, &game).await?;
+    Ok(HttpResponse::Ok().json(state.hub.new_code(&auth).await?))
+}
+
+/// A hub-held seat's move: `{"move"}` (rock-paper-scissors: `{"choice"}`).
+#[utoipa::path(post, path = "/v1/inboxes/{inbox}/games/{game}/moves", tag = "seats",
+    params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
+    request_body(content = Object, description = "`{\"move\": …}` or `{\"choice\": …}`", content_type = "application/json"),
+    responses((status = 201, description = "accepted", body = PostedBody),
+              (status = 202, description = "pending or held", body = PostedBody),
+              (status = 409, description = "agent_held or not_started", body = ErrorBody),
+              (status = 422, description = "rejected by the referee", body = PostedBody),
+              (status = 429, description = "rate limited", body = ErrorBody)),
+    security(("seat_token" = [])))]
+pub async fn post_move(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let (inbox, game) = path.into_inner();
+    let (caller, auth) = extract::seat_of(&state, &req, &inbox, &game).await?;
+    extract::charge(&state, &caller)?;
+    let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
+    let body: Map<String, Value> = extract::parse_request(&body)?;
+    let posted = state.hub.post_move(&auth, Value::Object(body)).await?;
+    Ok(posted_response(posted))
+}
+
+/// Resign the token's seat.
+#[utoipa::path(post, path = "/v1/inboxes/{inbox}/games/{game}/resign", tag = "seats",
+    params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
+    responses((status = 201, description = "accepted", body = PostedBody),
+              (status = 401, description = "no or unknown token", body = ErrorBody),
+              (status = 403, description = "a token of another game", body = ErrorBody),
+              (status = 422, description = "rejected (e.g. after_end)", body = PostedBody),
+              (status = 429, description = "rate limited", body = ErrorBody)),
+    security(("seat_token" = [])))]
+pub async fn resign(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (inbox, game) = path.into_inner();
+    let (caller, auth) = extract::seat_of(&state, &req, &inbox, &game).await?;
+    extract::charge(&state, &caller)?;
+    Ok(posted_response(state.hub.resign(&auth).await?))
+}

@@ -1,0 +1,180 @@
+//! The HTTP API of DESIGN.md section 5, on actix-web.
+//!
+//! [`app`] builds the whole application: the route table below, JSON errors for
+//! everything actix would otherwise answer in plain text (unknown routes 404, wrong
+//! methods 405, malformed paths and queries 400), a header-size limit, and per-route
+//! request metrics. Handlers live one file per group of routes ([`events`], [`games`],
+//! [`ops`]); each runs the checks of section 5 in order — route and method, token, rate
+//! limit, size, content type, JSON, seat rules (the engine), append, verdict — through the
+//! small functions of [`extract`].
+//!
+//! This layer holds no game logic and touches neither the inbox nor any actor: every
+//! request into a game goes through the engine's [`Hub`] facade. The WebSocket relay
+//! (`GET /v1/ws`) is a later issue and is not routed here.
+
+mod error;
+mod events;
+mod extract;
+mod games;
+mod openapi;
+mod ops;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service, ServiceFactory, ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpResponse};
+use futures_util::future::{self, Either, FutureExt};
+use ipnet::IpNet;
+
+pub use error::{ApiError, ErrorBody};
+pub use openapi::ApiDoc;
+
+use crate::game::Hub;
+use crate::limits::{EventLimiter, PairingLimiter};
+use crate::metrics::Metrics;
+
+/// Largest total size of a request's headers; the Authorization header and a few proxies'
+/// additions fit many times over.
+pub const HEADER_BYTES_LIMIT: usize = 16 * 1024;
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub hub: Hub,
+    pub events: Arc<EventLimiter>,
+    pub pairing: Arc<PairingLimiter>,
+    pub metrics: Arc<Metrics>,
+    pub trusted_proxies: Arc<Vec<IpNet>>,
+    pub registry: Arc<::games::Registry>,
+}
+
+/// The application: routes, JSON error handlers and request metrics.
+pub fn app(
+    state: AppState,
+) -> App<
+    impl ServiceFactory<
+        ServiceRequest,
+        Config = (),
+        Response = ServiceResponse<impl MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    let metrics = state.metrics.clone();
+    App::new()
+        .app_data(web::Data::new(state))
+        .app_data(
+            web::PathConfig::default().error_handler(|e, _| error::from_actix(e, "bad_request")),
+        )
+        .app_data(
+            web::QueryConfig::default().error_handler(|e, _| error::from_actix(e, "bad_request")),
+        )
+        .app_data(
+            web::JsonConfig::default()
+                .limit(extract::REQUEST_BODY_LIMIT)
+                .error_handler(|e, _| error::from_actix(e, "bad_json")),
+        )
+        .configure(routes)
+        .default_service(web::to(|| async {
+            Err::<HttpResponse, _>(ApiError::not_found("no such route"))
+        }))
+        .wrap_fn(move |req, srv| {
+            let started = Instant::now();
+            let method = req.method().as_str().to_owned();
+            let metrics = metrics.clone();
+            srv.call(req).map(move |res| {
+                if let Ok(res) = &res {
+                    let route = res
+                        .request()
+                        .match_pattern()
+                        .unwrap_or_else(|| "unmatched".into());
+                    metrics
+                        .http_requests
+                        .with_label_values(&[&method, &route, res.status().as_str()])
+                        .inc();
+                    metrics
+                        .http_duration
+                        .with_label_values(&[&route])
+                        .observe(started.elapsed().as_secs_f64());
+                }
+                res
+            })
+        })
+        .wrap_fn(|req, srv| {
+            let size: usize = req
+                .headers()
+                .iter()
+                .map(|(name, value)| name.as_str().len() + value.len())
+                .sum();
+            if size > HEADER_BYTES_LIMIT {
+                let err = ApiError::new(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "headers_too_large",
+                    format!("the request headers are over {HEADER_BYTES_LIMIT} bytes"),
+                );
+                let res = req.error_response(err);
+                Either::Left(future::ready(Ok(res.map_into_right_body())))
+            } else {
+                Either::Right(srv.call(req).map(|r| r.map(|r| r.map_into_left_body())))
+            }
+        })
+}
+
+/// A resource whose unmatched methods answer 405 in JSON with an `Allow` header.
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        Err::<HttpResponse, _>(ApiError::method_not_allowed(allow))
+    }))
+}
+
+/// The route table of DESIGN.md section 5 (all but `GET /v1/ws`).
+fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        resource("/v1/inboxes/{inbox}/events", "GET, POST")
+            .route(web::post().to(events::post_event))
+            .route(web::get().to(events::list_captures)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/events/{capture}", "GET")
+            .route(web::get().to(events::get_capture)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/games", "GET, POST")
+            .route(web::get().to(games::list_games))
+            .route(web::post().to(games::create_game)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/games/{game}", "GET, DELETE")
+            .route(web::get().to(games::game_state))
+            .route(web::delete().to(games::cancel_game)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/games/{game}/export", "GET")
+            .route(web::get().to(games::export_game)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/games/{game}/code", "POST")
+            .route(web::post().to(games::new_code)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/games/{game}/moves", "POST")
+            .route(web::post().to(games::post_move)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/games/{game}/resign", "POST")
+            .route(web::post().to(games::resign)),
+    )
+    .service(
+        resource("/v1/inboxes/{inbox}/games/{game}/view", "GET")
+            .route(web::get().to(games::seat_view)),
+    )
+    .service(resource("/v1/pair", "POST").route(web::post().to(games::pair)))
+    .service(resource("/v1/protocols", "GET").route(web::get().to(ops::protocols)))
+    .service(resource("/v1/openapi.json", "GET").route(web::get().to(ops::openapi)))
+    .service(resource("/metrics", "GET").route(web::get().to(ops::metrics)))
+    .service(resource("/healthz", "GET").route(web::get().to(ops::healthz)))
+    .service(resource("/readyz", "GET").route(web::get().to(ops::readyz)));
+}
