@@ -14,31 +14,33 @@
 //! person), or judge a move itself — every verdict comes from `games::verify`, the same
 //! verifier `pipehub verify` and the agent run.
 
+mod actor;
+mod consumer;
+pub mod custody;
+mod engine;
 mod error;
+mod facade;
+pub mod seats;
 pub mod state;
 mod types;
+mod waiters;
+pub mod writer;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use games::{Event, Registry, Viewer};
-use serde_json::Value;
+use games::Registry;
 
 pub use error::HubError;
+pub use facade::Hub;
 pub use state::{GameState, KeysView, Notice, Phase, ResultView};
 pub use types::{
     CaptureItem, CreateGame, Created, GameSummary, Listing, NewCode, Paired, Posted, SeatAuth,
     Verdict,
 };
 
-use crate::inbox::{Capture, Inbox};
-use crate::meta::Meta;
-use crate::metrics::Metrics;
-use crate::rooms::Rooms;
-
-/// The engine's settings (the `serve` flags that concern games).
-#[derive(Clone, Debug)]
+/// The engine's settings (the `serve` flags that concern games). Its `Debug` leaves the
+/// secret out, so a logged config leaks nothing.
+#[derive(Clone)]
 pub struct HubConfig {
     /// The protocols this hub referees; its default ref is used for starts that name none.
     pub registry: Registry,
@@ -71,150 +73,16 @@ impl HubConfig {
     }
 }
 
-/// The facade. Cheap to clone; every clone is the same engine.
-#[derive(Clone)]
-pub struct Hub {
-    inner: Arc<Inner>,
-}
-
-#[allow(dead_code)]
-struct Inner {
-    config: HubConfig,
-    inbox: Arc<dyn Inbox>,
-    meta: Arc<dyn Meta>,
-    metrics: Arc<Metrics>,
-    rooms: Arc<dyn Rooms>,
-}
-
-/// The answer of every method that is not wired to the actors yet.
-fn not_wired() -> HubError {
-    HubError::Unavailable("the game engine is not wired in this build yet".into())
-}
-
-impl Hub {
-    /// Opens the engine: loads seats and reservations from `meta` and starts one consumer
-    /// per shard. Must be called inside an actix system (actors are started on it).
-    pub async fn open(
-        config: HubConfig,
-        inbox: Arc<dyn Inbox>,
-        meta: Arc<dyn Meta>,
-        metrics: Arc<Metrics>,
-        rooms: Arc<dyn Rooms>,
-    ) -> Result<Hub, HubError> {
-        Ok(Hub {
-            inner: Arc::new(Inner {
-                config,
-                inbox,
-                meta,
-                metrics,
-                rooms,
-            }),
-        })
-    }
-
-    /// Stops the consumers after the records they hold are adjudicated, and makes every
-    /// verdict durable. Posts still waiting answer `pending`.
-    pub async fn shutdown(&self) {}
-
-    /// The seat a bearer token opens, or `None` (401) for an unknown token.
-    pub async fn seat_for_token(&self, _token: &str) -> Option<SeatAuth> {
-        None
-    }
-
-    /// True when the store can take writes.
-    pub fn ready(&self) -> bool {
-        self.inner.inbox.ready() && self.inner.meta.ready()
-    }
-
-    /// `POST …/events`: a whole event (already parsed from `raw`, which is stored as is).
-    /// A reserved game needs `auth` for that game with `player` equal to its seat; a start
-    /// of a seated game must match what was registered.
-    pub async fn post_event(
-        &self,
-        _inbox: &str,
-        _event: Event,
-        _raw: Bytes,
-        _auth: Option<SeatAuth>,
-    ) -> Result<Posted, HubError> {
-        Err(not_wired())
-    }
-
-    /// `POST …/moves`: `body` is `{"move": …}` (or `{"choice": …}` in rock-paper-scissors)
-    /// for a hub-held seat; the hub writes seq, prevHash, player and sig.
-    pub async fn post_move(&self, _auth: &SeatAuth, _body: Value) -> Result<Posted, HubError> {
-        Err(not_wired())
-    }
-
-    /// `POST …/resign` by seat token: the hub writes the resign for a hub-held seat.
-    pub async fn resign(&self, _auth: &SeatAuth) -> Result<Posted, HubError> {
-        Err(not_wired())
-    }
-
-    /// `POST /v1/inboxes/{inbox}/games`: seats X, reserves a fresh game id, and returns X's
-    /// token and a pairing code. `person` is who the open-games cap counts against.
-    pub async fn create_game(
-        &self,
-        _inbox: &str,
-        _req: CreateGame,
-        _person: &str,
-    ) -> Result<Created, HubError> {
-        Err(not_wired())
-    }
-
-    /// `POST /v1/pair`: redeems a code, seats O (with its own public key, or hub-held), and
-    /// when the hub owes the start, answers only once that start is accepted.
-    pub async fn pair(&self, _code: &str, _key: Option<String>) -> Result<Paired, HubError> {
-        Err(not_wired())
-    }
-
-    /// `POST …/code` by X's token before pairing: a fresh code; the old one dies.
-    pub async fn new_code(&self, _auth: &SeatAuth) -> Result<NewCode, HubError> {
-        Err(not_wired())
-    }
-
-    /// `DELETE …/games/{game}` by X's token before pairing.
-    pub async fn cancel(&self, _auth: &SeatAuth) -> Result<(), HubError> {
-        Err(not_wired())
-    }
-
-    /// A game's state for one viewer (`Viewer::Spectator` for `GET …/games/{game}`).
-    pub async fn state(
-        &self,
-        _inbox: &str,
-        _game: &str,
-        _viewer: Viewer,
-    ) -> Result<GameState, HubError> {
-        Err(not_wired())
-    }
-
-    /// One capture with its verdict.
-    pub async fn capture(&self, _inbox: &str, _capture: Capture) -> Result<CaptureItem, HubError> {
-        Err(not_wired())
-    }
-
-    /// Captures of an inbox in inbox order, optionally of one game.
-    pub async fn captures(
-        &self,
-        _inbox: &str,
-        _game: Option<&str>,
-        _after: Option<&str>,
-        _limit: usize,
-    ) -> Result<Listing<CaptureItem>, HubError> {
-        Err(not_wired())
-    }
-
-    /// Games of an inbox, newest first, optionally only those in `phase`.
-    pub async fn games(
-        &self,
-        _inbox: &str,
-        _phase: Option<Phase>,
-        _limit: usize,
-    ) -> Result<Listing<GameSummary>, HubError> {
-        Err(not_wired())
-    }
-
-    /// The accepted chain of a game as JSON Lines (each event as it was posted).
-    pub async fn export(&self, _inbox: &str, _game: &str) -> Result<String, HubError> {
-        Err(not_wired())
+impl std::fmt::Debug for HubConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubConfig")
+            .field("default_protocol", &self.registry.default_ref())
+            .field("secret", &"<redacted>")
+            .field("max_open_games", &self.max_open_games)
+            .field("max_captures_per_game", &self.max_captures_per_game)
+            .field("code_ttl", &self.code_ttl)
+            .field("verdict_wait", &self.verdict_wait)
+            .field("actor_idle", &self.actor_idle)
+            .finish()
     }
 }

@@ -1,0 +1,695 @@
+//! One actor per game id: the game's only referee on this hub.
+//!
+//! A [`GameActor`] holds the game's [`GameChain`] (the games crate's verifier) and
+//! adjudicates the game's durable records in inbox order: each gets a verdict, recorded
+//! beside its capture and handed to the poster waiting for it; each accepted event's
+//! per-seat views are computed once and published to the game's room. The actor also
+//! writes what the hub owes the game: the start of a seated game whose host key is hub-held
+//! (or that is unsigned), and custodial rock-paper-scissors commits and reveals.
+//!
+//! Lifecycle: started on the game's first record or on demand, it rebuilds itself from the
+//! store's per-game index before it reads its mailbox (`ctx.wait`), so it never sees a
+//! record out of order; records it already replayed are recognized by position and
+//! ignored. It stops after the configured idle time without messages and is rebuilt on
+//! the next one.
+//!
+//! What it deliberately does not do: check who may post (the facade does that before the
+//! inbox), or hold anything that cannot be rebuilt from the store — except a held
+//! rock-paper-scissors choice, whose loss is announced (`held_choice_lost`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use games::reason::{Reason, Refusal};
+use games::verify::{GameChain, Prepared, Verdict as ChainVerdict};
+use games::{Action, Event, Seat, Viewer};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::custody::{self, Custodian};
+use super::engine::Engine;
+use super::seats::Registration;
+use super::state::{self, GameState, KeysView, Notice, Phase};
+use super::types::{GameSummary, Verdict};
+use super::waiters::Outcome;
+use super::writer::{self, Draft};
+use super::HubError;
+use crate::inbox::{Record, StoredVerdict};
+use crate::rooms::{Cause, Publication, Views};
+
+/// After this many consecutive failed hub writes the actor stops retrying until the next
+/// accepted event, so a write the referee keeps refusing cannot fill the inbox.
+const MAX_WRITE_FAILURES: u32 = 3;
+
+fn idx(seat: Seat) -> usize {
+    match seat {
+        Seat::X => 0,
+        Seat::O => 1,
+    }
+}
+
+pub struct GameActor {
+    engine: Arc<Engine>,
+    inbox: String,
+    game: String,
+    chain: GameChain,
+    /// The shard position of the last record adjudicated.
+    last_pos: u64,
+    /// The accepted chain, one JSON line per event, for export.
+    accepted: Vec<String>,
+    /// Per seat: the choice the hub keeps for it (held, or committed and not yet revealed).
+    choice: [Option<&'static str>; 2],
+    /// Per seat: the choice is held, not yet committed.
+    held: [bool; 2],
+    /// Per seat: a held choice was lost to a restart.
+    lost: [bool; 2],
+    /// The hash of an event the hub is writing on its own and has not seen adjudicated.
+    writing: Option<String>,
+    write_failures: u32,
+    /// Answered when the game gets its start (`pair` waits on it).
+    start_waiters: Vec<oneshot::Sender<()>>,
+    last_active: Instant,
+}
+
+impl GameActor {
+    pub fn new(engine: Arc<Engine>, inbox: String, game: String) -> Self {
+        let chain = GameChain::new(&engine.config.registry);
+        GameActor {
+            engine,
+            inbox,
+            game,
+            chain,
+            last_pos: 0,
+            accepted: Vec::new(),
+            choice: [None, None],
+            held: [false, false],
+            lost: [false, false],
+            writing: None,
+            write_failures: 0,
+            start_waiters: Vec::new(),
+            last_active: Instant::now(),
+        }
+    }
+
+    fn registration(&self) -> Option<Registration> {
+        self.engine.seats.registration(&self.inbox, &self.game)
+    }
+
+    /// Offers one record to the chain. Returns the verdict and the event's hash.
+    fn judge(&mut self, record: &Record) -> (ChainVerdict, Option<String>, Option<Event>) {
+        let event = match Event::parse(&record.raw) {
+            Ok(e) => e,
+            Err(r) => return (ChainVerdict::Rejected(r), None, None),
+        };
+        if event.game != self.game {
+            return (
+                ChainVerdict::Rejected(Refusal::with(Reason::Schema, "game")),
+                None,
+                None,
+            );
+        }
+        let prepared = Prepared::of(&event);
+        let was_started = self.chain.is_started();
+        let mut verdict = self.chain.offer_prepared(&event, &prepared);
+        if !was_started && matches!(verdict, ChainVerdict::Accepted { .. }) {
+            // A start that names `rules.inboxes` counts only in one of them, so a signed
+            // chain cannot be replayed into another inbox. A chain without a genesis is
+            // exactly a fresh chain, so undoing the acceptance is starting over.
+            let foreign = self
+                .chain
+                .inboxes()
+                .is_some_and(|list| !list.contains(&self.inbox));
+            if foreign {
+                self.chain = GameChain::new(&self.engine.config.registry);
+                verdict = ChainVerdict::Rejected(Refusal::with(Reason::BadRules, "inbox"));
+            }
+        }
+        (verdict, Some(prepared.hash), Some(event))
+    }
+
+    /// Bookkeeping after an accepted event.
+    fn on_accepted(&mut self, event: &Event, hash: &str, seat: Option<Seat>) {
+        self.accepted.push(event.to_json());
+        self.write_failures = 0;
+        if self.writing.as_deref() == Some(hash) {
+            self.writing = None;
+        }
+        if event.action == Action::Start {
+            for tx in self.start_waiters.drain(..) {
+                let _ = tx.send(());
+            }
+        }
+        if let (Action::Move, Some(mv)) = (event.action, &event.mv) {
+            let s = idx(event.player);
+            if mv.get("choice").is_some() {
+                // The seat's reveal: its round is over.
+                self.choice[s] = None;
+            } else if mv.get("commit").is_some() && self.held[s] && seat == Some(event.player) {
+                self.held[s] = false;
+                self.engine.metrics.held_choices.dec();
+                self.clear_held_mark(event.player);
+            }
+        }
+        if self.chain.result().is_some_and(|r| r.is_over()) {
+            if let Some(reg) = self.registration() {
+                let engine = self.engine.clone();
+                actix::spawn(async move {
+                    if let Err(e) = engine.seats.close(&reg).await {
+                        tracing::warn!(error = %e, "could not close a finished game");
+                    }
+                });
+            }
+        }
+    }
+
+    fn clear_held_mark(&self, seat: Seat) {
+        let engine = self.engine.clone();
+        let (inbox, game) = (self.inbox.clone(), self.game.clone());
+        actix::spawn(async move {
+            let _ = engine.seats.clear_held(&inbox, &game, seat).await;
+        });
+    }
+
+    /// Adjudicates a fresh record: verdict, store, waiter, room.
+    fn adjudicate(&mut self, record: &Record, ctx: &mut Context<Self>) {
+        self.last_pos = record.capture.pos;
+        let (verdict, hash, event) = self.judge(record);
+        let protocol = self
+            .chain
+            .protocol()
+            .and_then(|p| p.refs().first().copied())
+            .unwrap_or("");
+        let metrics = &self.engine.metrics;
+        let (stored, verdict_kind, refusal) = match &verdict {
+            ChainVerdict::Accepted { hash } => (
+                StoredVerdict::Accepted { hash: hash.clone() },
+                Verdict::Accepted,
+                None,
+            ),
+            ChainVerdict::Rejected(r) => (
+                StoredVerdict::Rejected {
+                    reason: r.reason,
+                    detail: r.detail.clone(),
+                },
+                Verdict::Rejected,
+                Some(r.clone()),
+            ),
+            ChainVerdict::Skipped => (
+                StoredVerdict::Skipped,
+                Verdict::Skipped,
+                Some(Refusal::new(Reason::UnknownProtocol)),
+            ),
+        };
+        metrics
+            .events
+            .with_label_values(&[
+                verdict_kind.as_str(),
+                refusal.as_ref().map_or("", |r| r.reason.code()),
+                protocol,
+            ])
+            .inc();
+        let age_ms = super::seats::now_ms().saturating_sub(record.at_ms);
+        metrics
+            .capture_to_verdict
+            .observe(Duration::from_millis(age_ms).as_secs_f64());
+        if let (ChainVerdict::Accepted { hash }, Some(event)) = (&verdict, &event) {
+            self.on_accepted(event, hash, record.seat);
+        } else if hash.is_some() && hash == self.writing {
+            // The referee refused a write of ours (a racing writer won): try again later.
+            self.writing = None;
+            self.write_failures += 1;
+        }
+        let inbox = self.engine.inbox.clone();
+        let capture = record.capture;
+        actix::spawn(async move {
+            if let Err(e) = inbox.put_verdict(capture, stored).await {
+                tracing::warn!(%capture, error = %e, "verdict not recorded");
+            }
+        });
+        let views = self.views().map(Arc::new);
+        if let (ChainVerdict::Accepted { hash }, Some(views)) = (&verdict, &views) {
+            self.publish(
+                Cause::Accepted {
+                    seat: record.seat,
+                    hash: hash.clone(),
+                },
+                views.clone(),
+            );
+        }
+        self.engine.waiters.resolve(
+            capture,
+            Outcome {
+                verdict: verdict_kind,
+                hash,
+                refusal,
+                views,
+            },
+        );
+        self.write_owed(ctx);
+    }
+
+    fn publish(&self, cause: Cause, views: Arc<Views>) {
+        let started = Instant::now();
+        self.engine.summaries.insert(
+            (self.inbox.clone(), self.game.clone()),
+            summary(&views.spectator),
+        );
+        self.engine.rooms.publish(Publication {
+            inbox: self.inbox.clone(),
+            game: self.game.clone(),
+            cause,
+            views,
+        });
+        self.engine
+            .metrics
+            .verdict_to_relay
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// One viewer's state, or why there is none.
+    pub fn state(&self, viewer: Viewer) -> Result<GameState, HubError> {
+        let seat = match viewer {
+            Viewer::Seat(s) => Some(s),
+            Viewer::Spectator => None,
+        };
+        let notice = seat
+            .filter(|s| self.lost[idx(*s)])
+            .map(|_| Notice::HeldChoiceLost);
+        let reg = self.registration();
+        let mut st = if let (Some(p), Some(board)) = (self.chain.protocol(), self.chain.board()) {
+            let keys = self.chain.keys().map(|k| KeysView {
+                x: Some(k.hex(Seat::X)),
+                o: Some(k.hex(Seat::O)),
+            });
+            let empty = serde_json::Map::new();
+            state::assemble(
+                &self.inbox,
+                &self.game,
+                viewer,
+                state::Source::Started(state::Started {
+                    protocol: p.refs().first().copied().unwrap_or(""),
+                    protocol_id: p.id(),
+                    rules: self.chain.rules().unwrap_or(&empty),
+                    keys,
+                    seq: self.chain.seq().unwrap_or(0),
+                    head: self.chain.head().unwrap_or(""),
+                    result: self
+                        .chain
+                        .result()
+                        .unwrap_or(games::GameResult::IN_PROGRESS),
+                    board,
+                }),
+                notice,
+            )
+        } else if let Some(reg) = &reg {
+            state::assemble(
+                &self.inbox,
+                &self.game,
+                viewer,
+                state::Source::Pending(state::Pending {
+                    phase: if reg.paired {
+                        Phase::Paired
+                    } else {
+                        Phase::Waiting
+                    },
+                    protocol: &reg.protocol,
+                    protocol_id: &reg.protocol_id,
+                    rules: &reg.rules,
+                    signed: reg.signed,
+                    keys: KeysView {
+                        x: reg.key_x.clone(),
+                        o: reg.key_o.clone(),
+                    },
+                }),
+                notice,
+            )
+        } else if self.chain.is_skipped() {
+            return Err(HubError::NotFound(
+                "this game names a protocol this hub does not know; it is stored, not refereed"
+                    .into(),
+            ));
+        } else {
+            return Err(HubError::NotFound("no such game".into()));
+        };
+        // A seat's own view shows the choice the hub keeps for it; nobody else's does.
+        if let (Some(s), Some(Value::Object(view))) = (seat, st.view.as_mut()) {
+            if let Some(c) = self.choice[idx(s)] {
+                view.insert("pendingChoice".into(), Value::from(c));
+            }
+        }
+        Ok(st)
+    }
+
+    /// Everyone's view, when the game has one.
+    fn views(&self) -> Option<Views> {
+        Some(Views {
+            x: self.state(Viewer::Seat(Seat::X)).ok()?,
+            o: self.state(Viewer::Seat(Seat::O)).ok()?,
+            spectator: self.state(Viewer::Spectator).ok()?,
+        })
+    }
+
+    fn custodian(&self) -> Custodian<'_> {
+        Custodian {
+            secret: &self.engine.config.secret,
+            inbox: &self.inbox,
+            game: &self.game,
+        }
+    }
+
+    /// Writes the next event the hub owes this game, if any (one at a time).
+    fn write_owed(&mut self, ctx: &mut Context<Self>) {
+        if self.writing.is_some() || self.write_failures >= MAX_WRITE_FAILURES {
+            return;
+        }
+        let Some(reg) = self.registration() else {
+            return;
+        };
+        let secret = &self.engine.config.secret;
+        if !self.chain.is_started() {
+            if reg.paired && reg.hub_writes_start() && !self.chain.is_skipped() {
+                let draft =
+                    writer::finish(secret, &self.inbox, writer::start_event(&reg), reg.signed);
+                self.spawn_write(draft, ctx);
+            }
+            return;
+        }
+        let (Some(p), Some(board), Some(seq), Some(head)) = (
+            self.chain.protocol(),
+            self.chain.board(),
+            self.chain.seq(),
+            self.chain.head(),
+        ) else {
+            return;
+        };
+        if board.outcome().is_over() || !custody::is_custodial(p.as_ref()) {
+            return;
+        }
+        for seat in [Seat::X, Seat::O] {
+            if reg.signed && reg.agent_held(seat) {
+                continue;
+            }
+            let mv = match board.custody(seat) {
+                Some(games::protocol::CustodyStep::Commit) => match self.choice[idx(seat)] {
+                    Some(choice) if self.held[idx(seat)] => {
+                        self.custodian().commit_move(seat, seq + 1, choice)
+                    }
+                    _ => continue,
+                },
+                Some(games::protocol::CustodyStep::Reveal { commit, commit_seq }) => {
+                    match self.custodian().reveal_move(seat, commit_seq, &commit) {
+                        Some(mv) => mv,
+                        None => {
+                            tracing::warn!(game = %self.game, %seat, "a commit the hub cannot reveal");
+                            continue;
+                        }
+                    }
+                }
+                None => continue,
+            };
+            let event = writer::next_event(&self.game, seq, head, seat, Some(mv));
+            let draft = writer::finish(secret, &self.inbox, event, self.chain.signed());
+            self.spawn_write(draft, ctx);
+            return;
+        }
+    }
+
+    fn spawn_write(&mut self, draft: Draft, ctx: &mut Context<Self>) {
+        self.writing = Some(draft.prepared.hash.clone());
+        let inbox = self.engine.inbox.clone();
+        let (name, game) = (self.inbox.clone(), self.game.clone());
+        let fut = async move {
+            inbox
+                .append(&name, &game, Some(draft.seat), draft.raw)
+                .await
+        };
+        ctx.spawn(fut.into_actor(self).map(|res, act, _| {
+            if let Err(e) = res {
+                tracing::warn!(game = %act.game, error = %e, "hub write not appended");
+                act.writing = None;
+                act.write_failures += 1;
+            }
+        }));
+    }
+
+    /// Replays the game's stored records (with whether each already has a verdict).
+    fn replay(&mut self, records: Vec<(Record, bool)>, ctx: &mut Context<Self>) {
+        let mut fresh = Vec::new();
+        for (record, has_verdict) in records {
+            if record.capture.pos <= self.last_pos {
+                continue;
+            }
+            if has_verdict {
+                self.last_pos = record.capture.pos;
+                let (verdict, hash, event) = self.judge(&record);
+                if let (ChainVerdict::Accepted { hash }, Some(event)) = (&verdict, &event) {
+                    self.on_accepted(event, hash, record.seat);
+                }
+                let _ = hash;
+            } else {
+                fresh.push(record);
+            }
+        }
+        if let Some(views) = self.views().map(Arc::new) {
+            self.engine.summaries.insert(
+                (self.inbox.clone(), self.game.clone()),
+                summary(&views.spectator),
+            );
+        }
+        // Records that never got a verdict (the hub stopped in between) are adjudicated
+        // now as if fresh: recorded, published and handed to any waiting poster.
+        for record in fresh {
+            self.adjudicate(&record, ctx);
+        }
+    }
+}
+
+/// The listing entry of a game, from its spectator state.
+pub fn summary(spectator: &GameState) -> GameSummary {
+    GameSummary {
+        game: spectator.game.clone(),
+        protocol: spectator.protocol.clone(),
+        phase: spectator.phase,
+        result: spectator.result,
+    }
+}
+
+impl Actor for GameActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.engine.metrics.actors_resident.inc();
+        let engine = self.engine.clone();
+        let (inbox, game) = (self.inbox.clone(), self.game.clone());
+        let rebuild = async move {
+            let records = engine.inbox.game_records(&inbox, &game).await?;
+            let mut out = Vec::with_capacity(records.len());
+            for r in records {
+                let has = engine.inbox.verdict(r.capture).await?.is_some();
+                out.push((r, has));
+            }
+            let marks = [
+                engine.seats.is_marked_held(&inbox, &game, Seat::X).await,
+                engine.seats.is_marked_held(&inbox, &game, Seat::O).await,
+            ];
+            Ok::<_, crate::inbox::StoreError>((out, marks))
+        };
+        ctx.wait(rebuild.into_actor(self).map(|res, act, ctx| match res {
+            Ok((records, marks)) => {
+                act.lost = marks;
+                act.replay(records, ctx);
+                act.write_owed(ctx);
+            }
+            Err(e) => {
+                tracing::warn!(game = %act.game, error = %e, "actor could not rebuild; stopping");
+                ctx.stop();
+            }
+        }));
+        let idle = self.engine.config.actor_idle;
+        ctx.run_interval(idle.min(Duration::from_secs(5)), move |act, ctx| {
+            // A held choice lives only here: an actor holding one stays until it is
+            // committed, or the seat would be told it was lost without any restart.
+            if act.last_active.elapsed() >= idle && !act.held.contains(&true) {
+                act.engine.forget(&act.inbox, &act.game, &ctx.address());
+                ctx.stop();
+            }
+        });
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.engine.metrics.actors_resident.dec();
+        let held = self.held.iter().filter(|h| **h).count() as i64;
+        self.engine.metrics.held_choices.sub(held);
+    }
+}
+
+/// A durable record of this game, from its shard's consumer, in shard order.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct Deliver(pub Record);
+
+impl Handler<Deliver> for GameActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
+        self.last_active = Instant::now();
+        if msg.0.capture.pos > self.last_pos {
+            self.adjudicate(&msg.0, ctx);
+        }
+    }
+}
+
+/// One viewer's state of the game.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<GameState, HubError>")]
+pub struct Snapshot(pub Viewer);
+
+impl Handler<Snapshot> for GameActor {
+    type Result = Result<GameState, HubError>;
+
+    fn handle(&mut self, msg: Snapshot, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        self.state(msg.0)
+    }
+}
+
+/// The next event for a hub-held seat: a move (`Some`) or a resign (`None`), built from
+/// the head and signed; the facade appends it.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<Draft, HubError>")]
+pub struct DraftMove {
+    pub seat: Seat,
+    pub mv: Option<Value>,
+}
+
+impl Handler<DraftMove> for GameActor {
+    type Result = Result<Draft, HubError>;
+
+    fn handle(&mut self, msg: DraftMove, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        let (Some(seq), Some(head)) = (self.chain.seq(), self.chain.head()) else {
+            return Err(HubError::NotStarted);
+        };
+        let event = writer::next_event(&self.game, seq, head, msg.seat, msg.mv);
+        Ok(writer::finish(
+            &self.engine.config.secret,
+            &self.inbox,
+            event,
+            self.chain.signed(),
+        ))
+    }
+}
+
+/// What became of a rock-paper-scissors choice.
+#[derive(Debug)]
+pub enum Chosen {
+    /// It is the seat's commit turn: append this commit.
+    Commit(Box<Draft>),
+    /// Not its turn yet: held, committed on its turn. The seat's state.
+    Held(Box<GameState>),
+}
+
+/// A hub-held seat's rock-paper-scissors choice.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<Chosen, HubError>")]
+pub struct Choose {
+    pub seat: Seat,
+    pub choice: &'static str,
+}
+
+impl Handler<Choose> for GameActor {
+    type Result = Result<Chosen, HubError>;
+
+    fn handle(&mut self, msg: Choose, ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        let (Some(p), Some(board), Some(seq), Some(head)) = (
+            self.chain.protocol(),
+            self.chain.board(),
+            self.chain.seq(),
+            self.chain.head(),
+        ) else {
+            return Err(HubError::NotStarted);
+        };
+        if !custody::is_custodial(p.as_ref()) {
+            return Err(HubError::Refused(Refusal::with(
+                Reason::IllegalMove,
+                "bad_move",
+            )));
+        }
+        if board.outcome().is_over() {
+            return Err(HubError::Refused(Refusal::new(Reason::AfterEnd)));
+        }
+        let s = idx(msg.seat);
+        self.lost[s] = false;
+        let my_turn = matches!(
+            board.custody(msg.seat),
+            Some(games::protocol::CustodyStep::Commit)
+        );
+        if my_turn && self.writing.is_none() && !self.held[s] {
+            let mv = self.custodian().commit_move(msg.seat, seq + 1, msg.choice);
+            let event = writer::next_event(&self.game, seq, head, msg.seat, Some(mv));
+            let draft = writer::finish(
+                &self.engine.config.secret,
+                &self.inbox,
+                event,
+                self.chain.signed(),
+            );
+            self.choice[s] = Some(msg.choice);
+            return Ok(Chosen::Commit(Box::new(draft)));
+        }
+        self.choice[s] = Some(msg.choice);
+        if !self.held[s] {
+            self.held[s] = true;
+            let engine = self.engine.clone();
+            let (inbox, game, seat) = (self.inbox.clone(), self.game.clone(), msg.seat);
+            actix::spawn(async move {
+                let _ = engine.seats.mark_held(&inbox, &game, seat).await;
+            });
+            self.engine.metrics.held_choices.inc();
+        }
+        // It may be this seat's commit turn with a write of ours in flight: commit then.
+        self.write_owed(ctx);
+        Ok(Chosen::Held(Box::new(self.state(Viewer::Seat(msg.seat))?)))
+    }
+}
+
+/// O has paired: tell the room, write the start if the hub owes it, and answer once the
+/// game has its start.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "oneshot::Receiver<()>")]
+pub struct Paired;
+
+impl Handler<Paired> for GameActor {
+    type Result = MessageResult<Paired>;
+
+    fn handle(&mut self, _msg: Paired, ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        let (tx, rx) = oneshot::channel();
+        if self.chain.is_started() {
+            let _ = tx.send(());
+        } else {
+            self.start_waiters.push(tx);
+        }
+        if let Some(views) = self.views() {
+            self.publish(Cause::Phase, Arc::new(views));
+        }
+        self.write_failures = 0;
+        self.write_owed(ctx);
+        MessageResult(rx)
+    }
+}
+
+/// The accepted chain, one JSON line per event.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Vec<String>")]
+pub struct Export;
+
+impl Handler<Export> for GameActor {
+    type Result = MessageResult<Export>;
+
+    fn handle(&mut self, _msg: Export, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        MessageResult(self.accepted.clone())
+    }
+}

@@ -1,0 +1,176 @@
+//! The engine's shared parts, and the directory of resident game actors.
+//!
+//! [`Engine`] is what the facade, the shard consumers and every actor share: the stores,
+//! the seats, the verdict waiters, the rooms, and the map from `(inbox, game)` to the
+//! actor adjudicating that game. [`Engine::actor`] finds the game's actor or starts it
+//! (on one of a few arbiter threads, picked by the game's shard so one shard's games share
+//! a thread); a starting actor rebuilds itself from the store before it reads its mailbox.
+//! An actor that stopped after its idle timeout is simply started again on the next ask.
+//!
+//! What it deliberately does not do: check seats or caps (the facade does) or adjudicate
+//! (the actors do).
+
+use std::sync::Arc;
+
+use actix::dev::ToEnvelope;
+use actix::prelude::*;
+use dashmap::DashMap;
+
+use super::actor::{Deliver, GameActor};
+use super::seats::Seats;
+use super::types::GameSummary;
+use super::waiters::Waiters;
+use super::{HubConfig, HubError};
+use crate::inbox::{Inbox, Record};
+use crate::meta::Meta;
+use crate::metrics::Metrics;
+use crate::rooms::Rooms;
+
+pub type GameKey = (String, String);
+
+pub struct Engine {
+    pub config: HubConfig,
+    pub inbox: Arc<dyn Inbox>,
+    pub meta: Arc<dyn Meta>,
+    pub metrics: Arc<Metrics>,
+    pub rooms: Arc<dyn Rooms>,
+    pub seats: Seats,
+    pub waiters: Waiters,
+    /// The last known summary of each game an actor has seen (for the game listing).
+    pub summaries: DashMap<GameKey, GameSummary>,
+    actors: DashMap<GameKey, Addr<GameActor>>,
+    arbiters: Vec<ArbiterHandle>,
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: HubConfig,
+        inbox: Arc<dyn Inbox>,
+        meta: Arc<dyn Meta>,
+        metrics: Arc<Metrics>,
+        rooms: Arc<dyn Rooms>,
+        seats: Seats,
+        arbiters: Vec<ArbiterHandle>,
+    ) -> Engine {
+        Engine {
+            config,
+            inbox,
+            meta,
+            metrics,
+            rooms,
+            seats,
+            waiters: Waiters::default(),
+            summaries: DashMap::new(),
+            actors: DashMap::new(),
+            arbiters,
+        }
+    }
+
+    /// The game's actor, started (and rebuilding) if it was not resident.
+    pub fn actor(self: &Arc<Self>, inbox: &str, game: &str) -> Addr<GameActor> {
+        let key = (inbox.to_string(), game.to_string());
+        if let Some(addr) = self.actors.get(&key) {
+            if addr.connected() {
+                return addr.clone();
+            }
+        }
+        let shard = self.inbox.shard_of(inbox, game) as usize;
+        let engine = self.clone();
+        let mut entry = self
+            .actors
+            .entry(key)
+            .or_insert_with(|| spawn_actor(&engine, &self.arbiters, shard, inbox, game));
+        if !entry.connected() {
+            *entry = spawn_actor(&engine, &self.arbiters, shard, inbox, game);
+        }
+        entry.clone()
+    }
+
+    /// Forgets `addr` as the game's actor (it is stopping).
+    pub fn forget(&self, inbox: &str, game: &str, addr: &Addr<GameActor>) {
+        self.actors
+            .remove_if(&(inbox.to_string(), game.to_string()), |_, a| a == addr);
+    }
+
+    /// How many actors are resident.
+    pub fn resident(&self) -> usize {
+        self.actors.len()
+    }
+
+    /// Hands a durable record to its game's actor, in shard order. Waits when the actor's
+    /// mailbox is full (backpressure on the consumer, never on the poster).
+    pub async fn deliver(self: &Arc<Self>, record: Record) {
+        let mut msg = Deliver(record);
+        // An actor may stop (idle) between lookup and send; a fresh one rebuilds from the
+        // store, which already holds this record, so two tries are always enough.
+        for _ in 0..3 {
+            let addr = self.actor(&msg.0.inbox, &msg.0.game);
+            match addr.try_send(msg) {
+                Ok(()) => return,
+                Err(SendError::Full(m)) => match addr.send(m.clone()).await {
+                    Ok(()) => return,
+                    Err(_) => msg = m,
+                },
+                Err(SendError::Closed(m)) => {
+                    self.forget(&m.0.inbox, &m.0.game, &addr);
+                    msg = m;
+                }
+            }
+        }
+        tracing::warn!(capture = %msg.0.capture, "record not delivered to its actor");
+    }
+
+    /// Asks the game's actor, starting it if needed.
+    pub async fn ask<M>(
+        self: &Arc<Self>,
+        inbox: &str,
+        game: &str,
+        msg: M,
+    ) -> Result<M::Result, HubError>
+    where
+        M: Message + Send + Clone + 'static,
+        M::Result: Send,
+        GameActor: Handler<M>,
+        <GameActor as Actor>::Context: ToEnvelope<GameActor, M>,
+    {
+        for _ in 0..3 {
+            let addr = self.actor(inbox, game);
+            match addr.send(msg.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(MailboxError::Closed) => self.forget(inbox, game, &addr),
+                Err(MailboxError::Timeout) => break,
+            }
+        }
+        Err(HubError::Unavailable(
+            "the game's actor did not answer".into(),
+        ))
+    }
+
+    /// True when the game exists in some form: reserved, or with at least one capture.
+    /// Reads check this first so that probing random ids starts no actors.
+    pub async fn exists(&self, inbox: &str, game: &str) -> Result<bool, HubError> {
+        if self.seats.registration(inbox, game).is_some()
+            || self
+                .summaries
+                .contains_key(&(inbox.to_string(), game.to_string()))
+        {
+            return Ok(true);
+        }
+        Ok(self.inbox.count(inbox, game).await? > 0)
+    }
+}
+
+fn spawn_actor(
+    engine: &Arc<Engine>,
+    arbiters: &[ArbiterHandle],
+    shard: usize,
+    inbox: &str,
+    game: &str,
+) -> Addr<GameActor> {
+    let actor = GameActor::new(engine.clone(), inbox.to_string(), game.to_string());
+    match arbiters.get(shard % arbiters.len().max(1)) {
+        Some(arbiter) => GameActor::start_in_arbiter(arbiter, move |_| actor),
+        None => actor.start(),
+    }
+}

@@ -1,0 +1,665 @@
+//! [`Hub`]: the methods every edge calls. Each one checks seats and caps first, appends
+//! only what passed, and then waits for the verdict on its own capture.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Arbiter;
+use bytes::Bytes;
+use games::reason::{Reason, Refusal};
+use games::verify::Prepared;
+use games::{crypto, Action, Event, Seat, Viewer};
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+
+use super::actor::{self, Choose, Chosen, DraftMove, Export, Snapshot};
+use super::custody;
+use super::engine::Engine;
+use super::seats::{self, Registration, Seats};
+use super::state::{GameState, Phase};
+use super::types::{
+    CaptureItem, CreateGame, Created, GameSummary, Listing, NewCode, Paired, Posted, SeatAuth,
+    Verdict,
+};
+use super::writer::{self, Draft};
+use super::{HubConfig, HubError};
+use crate::inbox::{Capture, Inbox, Record, StoredVerdict};
+use crate::meta::Meta;
+use crate::metrics::Metrics;
+use crate::rooms::Rooms;
+
+/// How many arbiter threads run game actors.
+fn arbiter_count() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(1, 8)
+}
+
+/// The facade. Cheap to clone; every clone is the same engine.
+#[derive(Clone)]
+pub struct Hub {
+    engine: Arc<Engine>,
+    lifecycle: Arc<Lifecycle>,
+}
+
+/// What `shutdown` stops: the consumers (through `stop`) and the actor threads.
+struct Lifecycle {
+    stop: watch::Sender<bool>,
+    consumers: parking_lot::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    arbiters: parking_lot::Mutex<Vec<Arbiter>>,
+}
+
+impl Hub {
+    /// Opens the engine: loads seats and reservations from `meta` and starts one consumer
+    /// per shard. Must be called inside an actix system (actors are started on it).
+    pub async fn open(
+        config: HubConfig,
+        inbox: Arc<dyn Inbox>,
+        meta: Arc<dyn Meta>,
+        metrics: Arc<Metrics>,
+        rooms: Arc<dyn Rooms>,
+    ) -> Result<Hub, HubError> {
+        let seats = Seats::load(meta.clone()).await?;
+        let arbiters: Vec<Arbiter> = (0..arbiter_count()).map(|_| Arbiter::new()).collect();
+        let handles = arbiters.iter().map(|a| a.handle()).collect();
+        let shards = inbox.shards();
+        let engine = Arc::new(Engine::new(
+            config, inbox, meta, metrics, rooms, seats, handles,
+        ));
+        let (stop, stop_rx) = watch::channel(false);
+        let mut consumers = Vec::new();
+        for shard in 0..shards {
+            consumers.push(tokio::spawn(super::consumer::run(
+                engine.clone(),
+                shard,
+                stop_rx.clone(),
+            )));
+        }
+        let sweeper = engine.clone();
+        let mut sweep_stop = stop_rx;
+        consumers.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => sweeper.waiters.sweep(),
+                    _ = sweep_stop.changed() => return,
+                }
+            }
+        }));
+        Ok(Hub {
+            engine,
+            lifecycle: Arc::new(Lifecycle {
+                stop,
+                consumers: parking_lot::Mutex::new(consumers),
+                arbiters: parking_lot::Mutex::new(arbiters),
+            }),
+        })
+    }
+
+    /// Stops the consumers and the actors, and makes every verdict durable. Posts still
+    /// waiting answer `pending`; their captures are durable and are adjudicated when the
+    /// hub opens again.
+    pub async fn shutdown(&self) {
+        let _ = self.lifecycle.stop.send(true);
+        let consumers: Vec<_> = self.lifecycle.consumers.lock().drain(..).collect();
+        for c in consumers {
+            let _ = c.await;
+        }
+        for arbiter in self.lifecycle.arbiters.lock().drain(..) {
+            arbiter.stop();
+        }
+        if let Err(e) = self.engine.inbox.sync().await {
+            tracing::warn!(error = %e, "verdicts not synced at shutdown");
+        }
+    }
+
+    /// The seat a bearer token opens, or `None` (401) for an unknown token.
+    pub async fn seat_for_token(&self, token: &str) -> Option<SeatAuth> {
+        self.engine.seats.seat_for_token(token)
+    }
+
+    /// True when the store can take writes.
+    pub fn ready(&self) -> bool {
+        self.engine.inbox.ready() && self.engine.meta.ready()
+    }
+
+    /// How many game actors are resident (for tests and operators).
+    pub fn resident_actors(&self) -> usize {
+        self.engine.resident()
+    }
+
+    /// `POST …/events`: a whole event (already parsed from `raw`, which is stored as is).
+    /// A reserved game needs `auth` for that game with `player` equal to its seat; a start
+    /// of a seated game must match what was registered.
+    pub async fn post_event(
+        &self,
+        inbox: &str,
+        event: Event,
+        raw: Bytes,
+        auth: Option<SeatAuth>,
+    ) -> Result<Posted, HubError> {
+        let reg = self.engine.seats.registration(inbox, &event.game);
+        if let Some(a) = &auth {
+            if a.inbox != inbox || a.game != event.game {
+                return Err(HubError::Forbidden("this token is for another game".into()));
+            }
+            if a.seat != event.player {
+                return Err(HubError::Forbidden(format!(
+                    "this token is seat {}'s; the event's player is {}",
+                    a.seat, event.player
+                )));
+            }
+        }
+        if let Some(reg) = &reg {
+            if auth.is_none() {
+                return Err(HubError::Unauthorized(
+                    "this game is seated: post with its seat token".into(),
+                ));
+            }
+            if event.action == Action::Start {
+                self.check_registered_start(reg, inbox, &event)?;
+            } else if !self.is_started(inbox, &event.game).await? {
+                return Err(HubError::NotStarted);
+            }
+        } else if auth.is_some() {
+            return Err(HubError::Forbidden("this game is no longer seated".into()));
+        }
+        self.check_capture_cap(inbox, &event.game).await?;
+        let hash = Prepared::of(&event).hash;
+        let seat = auth.map(|a| a.seat);
+        let capture = self
+            .engine
+            .inbox
+            .append(inbox, &event.game, seat, raw)
+            .await?;
+        Ok(self.await_verdict(capture, hash, seat).await)
+    }
+
+    /// `POST …/moves`: `body` is `{"move": …}` (or `{"choice": …}` in rock-paper-scissors)
+    /// for a hub-held seat; the hub writes seq, prevHash, player and sig.
+    pub async fn post_move(&self, auth: &SeatAuth, body: Value) -> Result<Posted, HubError> {
+        let reg = self.hub_held(auth)?;
+        let Value::Object(mut body) = body else {
+            return Err(HubError::Input(Refusal::with(Reason::Schema, "move")));
+        };
+        let choice = match (body.remove("choice"), body.remove("move")) {
+            (Some(c), None) if body.is_empty() => Some(Value::Object(
+                [("choice".to_string(), c)]
+                    .into_iter()
+                    .collect::<Map<_, _>>(),
+            )),
+            (None, Some(Value::Object(mv))) if body.is_empty() => {
+                let mv = Value::Object(mv);
+                if mv.get("choice").is_some() && self.is_custodial_game(&reg) {
+                    Some(mv)
+                } else {
+                    return self.write_for(auth, Some(mv)).await;
+                }
+            }
+            (_, _) => {
+                let field = body.keys().next().cloned().unwrap_or_else(|| "move".into());
+                return Err(HubError::Input(Refusal::with(Reason::Schema, field)));
+            }
+        };
+        let choice = choice
+            .as_ref()
+            .and_then(custody::parse_choice)
+            .ok_or_else(|| HubError::Refused(Refusal::with(Reason::IllegalMove, "bad_move")))?;
+        self.check_capture_cap(&auth.inbox, &auth.game).await?;
+        let msg = Choose {
+            seat: auth.seat,
+            choice,
+        };
+        match self.engine.ask(&auth.inbox, &auth.game, msg).await?? {
+            Chosen::Commit(draft) => self.append_draft(auth, *draft).await,
+            Chosen::Held(state) => Ok(Posted {
+                capture: None,
+                hash: None,
+                verdict: Verdict::Held,
+                state: Some(*state),
+                refusal: None,
+            }),
+        }
+    }
+
+    /// `POST …/resign` by seat token: the hub writes the resign for a hub-held seat.
+    pub async fn resign(&self, auth: &SeatAuth) -> Result<Posted, HubError> {
+        self.hub_held(auth)?;
+        self.write_for(auth, None).await
+    }
+
+    /// `POST /v1/inboxes/{inbox}/games`: seats X, reserves a fresh game id, and returns X's
+    /// token and a pairing code. `person` is who the open-games cap counts against.
+    pub async fn create_game(
+        &self,
+        inbox: &str,
+        req: CreateGame,
+        person: &str,
+    ) -> Result<Created, HubError> {
+        let config = &self.engine.config;
+        if let Some(max) = config.max_open_games {
+            if self.engine.seats.open_games(person) >= max {
+                return Err(HubError::TooManyGames(max));
+            }
+        }
+        let protocol = config
+            .registry
+            .resolve(req.protocol.as_deref())
+            .ok_or_else(|| HubError::Refused(Refusal::new(Reason::UnknownProtocol)))?
+            .clone();
+        let given = req.rules.unwrap_or_default();
+        for reserved in ["keys", "inboxes"] {
+            if given.contains_key(reserved) {
+                return Err(HubError::Refused(Refusal::with(Reason::BadRules, reserved)));
+            }
+        }
+        let rules = protocol
+            .rules(&given)
+            .map_err(|d| HubError::Refused(Refusal::with(Reason::BadRules, d)))?;
+        if req.key.is_some() && !req.signed {
+            return Err(HubError::BadRequest("a key needs signed play".into()));
+        }
+        if let Some(k) = &req.key {
+            check_key(k)?;
+        }
+        let game = format!("g{}", seats::random_base32(15).to_ascii_lowercase());
+        let key_x = match (&req.key, req.signed) {
+            (_, false) => None,
+            (Some(k), true) => Some(k.clone()),
+            (None, true) => Some(writer::hub_public_key(
+                &config.secret,
+                inbox,
+                &game,
+                Seat::X,
+            )),
+        };
+        let reg = Registration {
+            inbox: inbox.to_string(),
+            game: game.clone(),
+            protocol: protocol.refs().first().copied().unwrap_or("").to_string(),
+            protocol_id: protocol.id().to_string(),
+            rules,
+            signed: req.signed,
+            key_x,
+            key_o: None,
+            agent_x: req.key.is_some(),
+            agent_o: false,
+            paired: false,
+            host: person.to_string(),
+            created_ms: seats::now_ms(),
+            code_hash: None,
+        };
+        let ttl_ms = config.code_ttl.as_millis() as u64;
+        let (token, code, expires_ms) = self.engine.seats.create(reg, ttl_ms).await?;
+        self.engine.metrics.games_created.inc();
+        Ok(Created {
+            inbox: inbox.to_string(),
+            game,
+            seat: Seat::X,
+            token,
+            pairing_code: code,
+            expires_at: seats::rfc3339(expires_ms),
+        })
+    }
+
+    /// `POST /v1/pair`: redeems a code, seats O (with its own public key, or hub-held), and
+    /// when the hub owes the start, answers only once that start is accepted.
+    pub async fn pair(&self, code: &str, key: Option<String>) -> Result<Paired, HubError> {
+        if let Some(k) = &key {
+            // Checked before the code is spent, so a typo in the key does not burn it.
+            check_key(k)?;
+        }
+        let secret = self.engine.config.secret.clone();
+        let (token, reg) = self
+            .engine
+            .seats
+            .pair(code, |reg| match (reg.signed, key) {
+                (false, Some(_)) => Err(HubError::BadRequest(
+                    "this game is unsigned: pair without a key".into(),
+                )),
+                (false, None) => Ok((None, false)),
+                (true, Some(k)) => Ok((Some(k), true)),
+                (true, None) => Ok((
+                    Some(writer::hub_public_key(
+                        &secret,
+                        &reg.inbox,
+                        &reg.game,
+                        Seat::O,
+                    )),
+                    false,
+                )),
+            })
+            .await?;
+        let started = self
+            .engine
+            .ask(&reg.inbox, &reg.game, actor::Paired)
+            .await?;
+        if reg.hub_writes_start() {
+            let _ = tokio::time::timeout(self.engine.config.verdict_wait, started).await;
+        }
+        Ok(Paired {
+            inbox: reg.inbox,
+            game: reg.game,
+            seat: Seat::O,
+            token,
+        })
+    }
+
+    /// `POST …/code` by X's token before pairing: a fresh code; the old one dies.
+    pub async fn new_code(&self, auth: &SeatAuth) -> Result<NewCode, HubError> {
+        let ttl_ms = self.engine.config.code_ttl.as_millis() as u64;
+        let (code, expires_ms) = self.engine.seats.new_code(auth, ttl_ms).await?;
+        Ok(NewCode {
+            inbox: auth.inbox.clone(),
+            game: auth.game.clone(),
+            pairing_code: code,
+            expires_at: seats::rfc3339(expires_ms),
+        })
+    }
+
+    /// `DELETE …/games/{game}` by X's token before pairing.
+    pub async fn cancel(&self, auth: &SeatAuth) -> Result<(), HubError> {
+        self.engine.seats.cancel(auth).await
+    }
+
+    /// A game's state for one viewer (`Viewer::Spectator` for `GET …/games/{game}`).
+    pub async fn state(
+        &self,
+        inbox: &str,
+        game: &str,
+        viewer: Viewer,
+    ) -> Result<GameState, HubError> {
+        if !self.engine.exists(inbox, game).await? {
+            return Err(HubError::NotFound("no such game".into()));
+        }
+        self.engine.ask(inbox, game, Snapshot(viewer)).await?
+    }
+
+    /// One capture with its verdict.
+    pub async fn capture(&self, inbox: &str, capture: Capture) -> Result<CaptureItem, HubError> {
+        let (record, mut verdict) = self
+            .engine
+            .inbox
+            .get(inbox, capture)
+            .await?
+            .ok_or_else(|| HubError::NotFound("no such capture in this inbox".into()))?;
+        if verdict.is_none() {
+            // Its actor may not have run since the hub restarted: wake it, it adjudicates
+            // whatever of its game still lacks a verdict as it rebuilds.
+            let _ = self
+                .engine
+                .ask(&record.inbox, &record.game, Snapshot(Viewer::Spectator))
+                .await;
+            verdict = self.engine.inbox.verdict(capture).await?;
+        }
+        Ok(capture_item(record, verdict))
+    }
+
+    /// Captures of an inbox in inbox order, optionally of one game.
+    pub async fn captures(
+        &self,
+        inbox: &str,
+        game: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Listing<CaptureItem>, HubError> {
+        let page = self.engine.inbox.list(inbox, game, after, limit).await?;
+        Ok(Listing {
+            items: page
+                .items
+                .into_iter()
+                .map(|(r, v)| capture_item(r, v))
+                .collect(),
+            next: page.next,
+        })
+    }
+
+    /// Games of an inbox, newest first, optionally only those in `phase`: seated games
+    /// still waiting for their start first (newest created first), then games by their
+    /// first capture, newest first.
+    pub async fn games(
+        &self,
+        inbox: &str,
+        phase: Option<Phase>,
+        limit: usize,
+    ) -> Result<Listing<GameSummary>, HubError> {
+        let mut items = Vec::new();
+        let mut regs = self.engine.seats.registrations(inbox);
+        regs.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
+        for reg in regs {
+            if self.engine.inbox.count(inbox, &reg.game).await? > 0 {
+                continue; // listed below, from its chain
+            }
+            items.push(GameSummary {
+                game: reg.game.clone(),
+                protocol: Some(reg.protocol.clone()),
+                phase: if reg.paired {
+                    Phase::Paired
+                } else {
+                    Phase::Waiting
+                },
+                result: None,
+            });
+        }
+        items.retain(|g| phase.is_none_or(|p| g.phase == p));
+        items.truncate(limit);
+        if items.len() < limit && phase.is_none_or(|p| p == Phase::Started) {
+            for entry in self.engine.inbox.games(inbox, limit * 2 + 16).await? {
+                if items.len() >= limit {
+                    break;
+                }
+                let key = (inbox.to_string(), entry.game.clone());
+                let summary = match self.engine.summaries.get(&key) {
+                    Some(s) => Some(s.clone()),
+                    None => self
+                        .engine
+                        .ask(inbox, &entry.game, Snapshot(Viewer::Spectator))
+                        .await?
+                        .ok()
+                        .map(|s| actor::summary(&s)),
+                };
+                if let Some(s) = summary.filter(|s| s.phase == Phase::Started) {
+                    items.push(s);
+                }
+            }
+        }
+        Ok(Listing { items, next: None })
+    }
+
+    /// The accepted chain of a game as JSON Lines (each event in its canonical form with its
+    /// signature, one a line), which `pipehub verify` accepts.
+    pub async fn export(&self, inbox: &str, game: &str) -> Result<String, HubError> {
+        if !self.engine.exists(inbox, game).await? {
+            return Err(HubError::NotFound("no such game".into()));
+        }
+        let lines = self.engine.ask(inbox, game, Export).await?;
+        let mut out = String::new();
+        for line in lines {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    // ---- helpers ----
+
+    async fn await_verdict(&self, capture: Capture, hash: String, seat: Option<Seat>) -> Posted {
+        let wait = self.engine.config.verdict_wait;
+        match self.engine.waiters.wait(capture, wait).await {
+            Some(o) => Posted {
+                capture: Some(capture),
+                hash: o.hash.or(Some(hash)),
+                verdict: o.verdict,
+                state: o.views.map(|v| v.for_seat(seat).clone()),
+                refusal: o.refusal,
+            },
+            None => Posted {
+                capture: Some(capture),
+                hash: Some(hash),
+                verdict: Verdict::Pending,
+                state: None,
+                refusal: None,
+            },
+        }
+    }
+
+    async fn append_draft(&self, auth: &SeatAuth, draft: Draft) -> Result<Posted, HubError> {
+        let capture = self
+            .engine
+            .inbox
+            .append(&auth.inbox, &auth.game, Some(auth.seat), draft.raw)
+            .await?;
+        Ok(self
+            .await_verdict(capture, draft.prepared.hash, Some(auth.seat))
+            .await)
+    }
+
+    /// Writes a move (or a resign, `None`) for a hub-held seat.
+    async fn write_for(&self, auth: &SeatAuth, mv: Option<Value>) -> Result<Posted, HubError> {
+        self.check_capture_cap(&auth.inbox, &auth.game).await?;
+        let msg = DraftMove {
+            seat: auth.seat,
+            mv,
+        };
+        let draft = self.engine.ask(&auth.inbox, &auth.game, msg).await??;
+        self.append_draft(auth, draft).await
+    }
+
+    /// The registration of `auth`'s game when the hub may write for its seat.
+    fn hub_held(&self, auth: &SeatAuth) -> Result<Registration, HubError> {
+        let reg = self
+            .engine
+            .seats
+            .registration(&auth.inbox, &auth.game)
+            .ok_or_else(|| HubError::NotFound("no such seated game".into()))?;
+        if reg.signed && reg.agent_held(auth.seat) {
+            return Err(HubError::AgentHeld);
+        }
+        if !reg.paired {
+            return Err(HubError::NotStarted);
+        }
+        Ok(reg)
+    }
+
+    fn is_custodial_game(&self, reg: &Registration) -> bool {
+        self.engine
+            .config
+            .registry
+            .get(&reg.protocol)
+            .is_some_and(|p| custody::is_custodial(p.as_ref()))
+    }
+
+    async fn is_started(&self, inbox: &str, game: &str) -> Result<bool, HubError> {
+        let key = (inbox.to_string(), game.to_string());
+        if let Some(s) = self.engine.summaries.get(&key) {
+            if s.phase == Phase::Started {
+                return Ok(true);
+            }
+        }
+        let state = self
+            .engine
+            .ask(inbox, game, Snapshot(Viewer::Spectator))
+            .await?;
+        Ok(state.is_ok_and(|s| s.phase == Phase::Started))
+    }
+
+    async fn check_capture_cap(&self, inbox: &str, game: &str) -> Result<(), HubError> {
+        if let Some(max) = self.engine.config.max_captures_per_game {
+            if self.engine.inbox.count(inbox, game).await? >= max {
+                return Err(HubError::TooManyCaptures(max));
+            }
+        }
+        Ok(())
+    }
+
+    /// A start posted to a seated game must be X's and name what was registered: the same
+    /// protocol, rule values and keys (`rules.inboxes` is not compared; the actor checks
+    /// it against the inbox).
+    fn check_registered_start(
+        &self,
+        reg: &Registration,
+        inbox: &str,
+        event: &Event,
+    ) -> Result<(), HubError> {
+        let _ = inbox;
+        if !reg.paired {
+            return Err(HubError::Forbidden(
+                "the game has no second seat yet: start it once O has paired".into(),
+            ));
+        }
+        let differs = |what: &str| {
+            Err(HubError::Forbidden(format!(
+                "the start's {what} differ from the registered game"
+            )))
+        };
+        let registry = &self.engine.config.registry;
+        let Some(protocol) = registry.resolve(event.protocol.as_deref()) else {
+            return differs("protocol");
+        };
+        if protocol.id() != reg.protocol_id {
+            return differs("protocol");
+        }
+        let mut given = event.rules.clone().unwrap_or_default();
+        let keys = given.remove("keys");
+        given.remove("inboxes");
+        match protocol.rules(&given) {
+            Ok(rules) if rules == reg.rules => {}
+            _ => return differs("rules"),
+        }
+        let want = reg.signed.then(|| {
+            let mut m = Map::new();
+            m.insert(
+                "X".into(),
+                Value::from(reg.key_x.clone().unwrap_or_default()),
+            );
+            m.insert(
+                "O".into(),
+                Value::from(reg.key_o.clone().unwrap_or_default()),
+            );
+            Value::Object(m)
+        });
+        if keys != want {
+            return differs("keys");
+        }
+        Ok(())
+    }
+}
+
+/// A public key as a seat registers it: 64 lowercase hex, a point of large order.
+fn check_key(k: &str) -> Result<(), HubError> {
+    crypto::public_key(k).map(|_| ()).ok_or_else(|| {
+        HubError::BadRequest("key: 64 lowercase hex characters of an Ed25519 public key".into())
+    })
+}
+
+fn capture_item(record: Record, verdict: Option<StoredVerdict>) -> CaptureItem {
+    let event = serde_json::from_slice::<Value>(&record.raw)
+        .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&record.raw).into_owned()));
+    let (v, hash, reason, detail) = match verdict {
+        None => (Verdict::Pending, None, None, None),
+        Some(StoredVerdict::Accepted { hash }) => (Verdict::Accepted, Some(hash), None, None),
+        Some(StoredVerdict::Rejected { reason, detail }) => (
+            Verdict::Rejected,
+            None,
+            Some(reason.code().to_string()),
+            detail,
+        ),
+        Some(StoredVerdict::Skipped) => (
+            Verdict::Skipped,
+            None,
+            Some(Reason::UnknownProtocol.code().to_string()),
+            None,
+        ),
+    };
+    CaptureItem {
+        capture: Some(record.capture),
+        game: record.game,
+        event,
+        verdict: v,
+        hash,
+        reason,
+        detail,
+        seat: record.seat,
+        at_ms: record.at_ms,
+    }
+}

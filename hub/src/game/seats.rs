@@ -1,0 +1,525 @@
+//! Seats and pairing (DESIGN.md section 4): who may write to a seated game.
+//!
+//! Creating a game reserves its id in its inbox and seats X; redeeming X's pairing code
+//! seats O. Every record here lives in the durable [`Meta`] store (fsynced before we
+//! answer) and in memory for lookups on the hot path:
+//!
+//! - `game/{inbox}/{game}`: the [`Registration`] (protocol, validated rules, keys and who
+//!   holds them, paired or not, the host person).
+//! - `seat/{sha256(token)}`: the seat a token opens. Tokens are 256 random bits and only
+//!   their hash is stored, so a copy of the data directory opens no seat.
+//! - `code/{sha256(code)}`: a pairing code (8 Crockford base32 characters, 40 random
+//!   bits), its deadline and whether it was used. Redeeming takes the record atomically, so
+//!   a code works once; a used code leaves a tombstone so a second try answers `code_used`.
+//! - `open/{person}/{inbox}/{game}`: the host's open games, for the per-person cap.
+//! - `held/{inbox}/{game}/{seat}`: a rock-paper-scissors choice was held in memory; if the
+//!   hub restarts before committing it, the seat is told (`held_choice_lost`).
+//!
+//! What this module deliberately does not do: judge events, or write to the inbox. It
+//! answers "which seat is this" and "what was registered"; the facade enforces it.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use games::{crypto, Seat};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::types::SeatAuth;
+use super::HubError;
+use crate::meta::Meta;
+
+/// What a seated game was created with, and how far its seating got.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    pub inbox: String,
+    pub game: String,
+    /// The protocol's canonical ref and id.
+    pub protocol: String,
+    pub protocol_id: String,
+    /// The validated rules, defaults filled in, without `keys` and `inboxes`.
+    pub rules: Map<String, Value>,
+    pub signed: bool,
+    /// Public keys (64 hex) once known; `None` for an unsigned game.
+    pub key_x: Option<String>,
+    pub key_o: Option<String>,
+    /// True when that seat's agent holds its own key (it posts signed events itself).
+    pub agent_x: bool,
+    pub agent_o: bool,
+    pub paired: bool,
+    /// The person whose open-games cap this game counts against.
+    pub host: String,
+    pub created_ms: u64,
+    /// Hash of the live pairing code (`None` once paired).
+    pub code_hash: Option<String>,
+}
+
+impl Registration {
+    /// True when the hub writes the start: X's key is hub-held, or the game is unsigned.
+    pub fn hub_writes_start(&self) -> bool {
+        !self.signed || !self.agent_x
+    }
+
+    /// True when `seat`'s agent holds its key (so the hub cannot write for it).
+    pub fn agent_held(&self, seat: Seat) -> bool {
+        match seat {
+            Seat::X => self.agent_x,
+            Seat::O => self.agent_o,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct CodeRecord {
+    inbox: String,
+    game: String,
+    expires_ms: u64,
+    used: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SeatRecord {
+    inbox: String,
+    game: String,
+    seat: String,
+}
+
+/// Crockford base32: no I, L, O, U, so codes read aloud and typed by hand survive.
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `n` random Crockford base32 characters.
+pub fn random_base32(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes
+        .iter()
+        .map(|b| CROCKFORD[(b & 31) as usize] as char)
+        .collect()
+}
+
+/// Normalizes a pairing code as typed: Crockford's decoding (case-insensitive, I and L read
+/// as 1, O as 0, hyphens ignored). `None` when it cannot be a code.
+pub fn normalize_code(code: &str) -> Option<String> {
+    let mut out = String::with_capacity(8);
+    for c in code.chars() {
+        let c = match c.to_ascii_uppercase() {
+            '-' => continue,
+            'I' | 'L' => '1',
+            'O' => '0',
+            c => c,
+        };
+        if !CROCKFORD.contains(&(c as u8)) || !c.is_ascii() {
+            return None;
+        }
+        out.push(c);
+    }
+    (out.len() == 8).then_some(out)
+}
+
+/// A fresh seat token: 256 random bits as 64 hex characters.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// RFC 3339 UTC text of a time in milliseconds since the epoch (whole seconds).
+pub fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil-from-days (Howard Hinnant's algorithm), for days since 1970-01-01.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+fn game_key(inbox: &str, game: &str) -> String {
+    format!("game/{inbox}/{game}")
+}
+
+fn open_key(person: &str, inbox: &str, game: &str) -> String {
+    format!("open/{person}/{inbox}/{game}")
+}
+
+fn held_key(inbox: &str, game: &str, seat: Seat) -> String {
+    format!("held/{inbox}/{game}/{seat}")
+}
+
+fn json_bytes<T: Serialize>(value: &T) -> Result<Bytes, HubError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| HubError::Unavailable(format!("cannot encode a record: {e}")))
+}
+
+/// The seats of every seated game: durable in [`Meta`], cached in memory.
+pub struct Seats {
+    meta: Arc<dyn Meta>,
+    tokens: DashMap<String, SeatAuth>,
+    games: DashMap<(String, String), Registration>,
+    /// Open games per host person.
+    open: DashMap<String, u64>,
+}
+
+impl Seats {
+    /// Loads every seat, registration and open-game record.
+    pub async fn load(meta: Arc<dyn Meta>) -> Result<Seats, HubError> {
+        let seats = Seats {
+            meta,
+            tokens: DashMap::new(),
+            games: DashMap::new(),
+            open: DashMap::new(),
+        };
+        for (key, value) in seats.meta.scan("seat/").await? {
+            let Ok(rec) = serde_json::from_slice::<SeatRecord>(&value) else {
+                tracing::warn!(%key, "unreadable seat record skipped");
+                continue;
+            };
+            let Some(seat) = Seat::parse(&rec.seat) else {
+                continue;
+            };
+            let hash = key.trim_start_matches("seat/").to_string();
+            seats.tokens.insert(
+                hash,
+                SeatAuth {
+                    inbox: rec.inbox,
+                    game: rec.game,
+                    seat,
+                },
+            );
+        }
+        for (key, value) in seats.meta.scan("game/").await? {
+            match serde_json::from_slice::<Registration>(&value) {
+                Ok(reg) => {
+                    seats
+                        .games
+                        .insert((reg.inbox.clone(), reg.game.clone()), reg);
+                }
+                Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
+            }
+        }
+        for (key, _) in seats.meta.scan("open/").await? {
+            // open/{person}/{inbox}/{game}: the person may itself hold slashes only in
+            // theory (addresses and token hashes do not), so count by the known tail.
+            let rest = key.trim_start_matches("open/");
+            let mut parts = rest.rsplitn(3, '/');
+            let (_, _, person) = (parts.next(), parts.next(), parts.next());
+            if let Some(person) = person {
+                *seats.open.entry(person.to_string()).or_insert(0) += 1;
+            }
+        }
+        Ok(seats)
+    }
+
+    /// The seat a token opens.
+    pub fn seat_for_token(&self, token: &str) -> Option<SeatAuth> {
+        let hash = crypto::sha256_hex(token.as_bytes());
+        self.tokens.get(&hash).map(|s| s.clone())
+    }
+
+    /// The registration of a reserved game.
+    pub fn registration(&self, inbox: &str, game: &str) -> Option<Registration> {
+        self.games
+            .get(&(inbox.to_string(), game.to_string()))
+            .map(|r| r.clone())
+    }
+
+    /// Registrations of one inbox (for the game listing).
+    pub fn registrations(&self, inbox: &str) -> Vec<Registration> {
+        self.games
+            .iter()
+            .filter(|e| e.key().0 == inbox)
+            .map(|e| e.value().clone())
+            .collect()
+    }
+
+    /// How many open games `person` hosts.
+    pub fn open_games(&self, person: &str) -> u64 {
+        self.open.get(person).map(|n| *n).unwrap_or(0)
+    }
+
+    async fn put_registration(&self, reg: &Registration) -> Result<(), HubError> {
+        self.meta
+            .put(&game_key(&reg.inbox, &reg.game), json_bytes(reg)?)
+            .await?;
+        self.games
+            .insert((reg.inbox.clone(), reg.game.clone()), reg.clone());
+        Ok(())
+    }
+
+    /// Issues a seat token and stores its hash.
+    async fn issue_token(&self, inbox: &str, game: &str, seat: Seat) -> Result<String, HubError> {
+        let token = new_token();
+        let hash = crypto::sha256_hex(token.as_bytes());
+        let rec = SeatRecord {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            seat: seat.as_str().to_string(),
+        };
+        self.meta
+            .put(&format!("seat/{hash}"), json_bytes(&rec)?)
+            .await?;
+        self.tokens.insert(
+            hash,
+            SeatAuth {
+                inbox: inbox.to_string(),
+                game: game.to_string(),
+                seat,
+            },
+        );
+        Ok(token)
+    }
+
+    /// Issues a pairing code for a registered game; returns the code and its deadline.
+    async fn issue_code(
+        &self,
+        inbox: &str,
+        game: &str,
+        ttl_ms: u64,
+    ) -> Result<(String, String, u64), HubError> {
+        let expires_ms = now_ms() + ttl_ms;
+        let rec = CodeRecord {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            expires_ms,
+            used: false,
+        };
+        // 40 random bits: a collision with a live code is unlikely, and insert_new makes
+        // it harmless (we draw again).
+        for _ in 0..8 {
+            let code = random_base32(8);
+            let hash = crypto::sha256_hex(code.as_bytes());
+            if self
+                .meta
+                .insert_new(&format!("code/{hash}"), json_bytes(&rec)?)
+                .await?
+            {
+                return Ok((code, hash, expires_ms));
+            }
+        }
+        Err(HubError::Unavailable(
+            "could not draw a fresh pairing code".into(),
+        ))
+    }
+
+    /// Seats X of a new game: reserves `reg`'s id, issues X's token and a pairing code.
+    /// Returns (token, code, expires_ms). `reg.code_hash` is filled in here.
+    pub async fn create(
+        &self,
+        mut reg: Registration,
+        ttl_ms: u64,
+    ) -> Result<(String, String, u64), HubError> {
+        let key = game_key(&reg.inbox, &reg.game);
+        if !self.meta.insert_new(&key, json_bytes(&reg)?).await? {
+            return Err(HubError::Unavailable("game id already reserved".into()));
+        }
+        let token = self.issue_token(&reg.inbox, &reg.game, Seat::X).await?;
+        let (code, hash, expires_ms) = self.issue_code(&reg.inbox, &reg.game, ttl_ms).await?;
+        reg.code_hash = Some(hash);
+        self.meta
+            .put(&open_key(&reg.host, &reg.inbox, &reg.game), Bytes::new())
+            .await?;
+        *self.open.entry(reg.host.clone()).or_insert(0) += 1;
+        self.put_registration(&reg).await?;
+        Ok((token, code, expires_ms))
+    }
+
+    /// Kills a code: leaves a `used` tombstone so a later try answers `code_used`.
+    async fn retire_code(&self, hash: &str, inbox: &str, game: &str) -> Result<(), HubError> {
+        let rec = CodeRecord {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            expires_ms: 0,
+            used: true,
+        };
+        self.meta
+            .put(&format!("code/{hash}"), json_bytes(&rec)?)
+            .await?;
+        Ok(())
+    }
+
+    /// A fresh code for X before pairing; the old one dies.
+    pub async fn new_code(&self, auth: &SeatAuth, ttl_ms: u64) -> Result<(String, u64), HubError> {
+        let mut reg = self.owned_unpaired(auth)?;
+        let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
+        if let Some(old) = reg.code_hash.replace(hash) {
+            self.retire_code(&old, &auth.inbox, &auth.game).await?;
+        }
+        self.put_registration(&reg).await?;
+        Ok((code, expires_ms))
+    }
+
+    /// X's registration while still unpaired; errors otherwise.
+    fn owned_unpaired(&self, auth: &SeatAuth) -> Result<Registration, HubError> {
+        if auth.seat != Seat::X {
+            return Err(HubError::Forbidden("only the host (X) may do this".into()));
+        }
+        let reg = self
+            .registration(&auth.inbox, &auth.game)
+            .ok_or_else(|| HubError::NotFound("no such seated game".into()))?;
+        if reg.paired {
+            return Err(HubError::AlreadyPaired);
+        }
+        Ok(reg)
+    }
+
+    /// Cancels an unpaired game: its id, X's token and its code stop working.
+    pub async fn cancel(&self, auth: &SeatAuth) -> Result<(), HubError> {
+        let reg = self.owned_unpaired(auth)?;
+        if let Some(old) = &reg.code_hash {
+            self.retire_code(old, &auth.inbox, &auth.game).await?;
+        }
+        self.meta.delete(&game_key(&reg.inbox, &reg.game)).await?;
+        self.games.remove(&(reg.inbox.clone(), reg.game.clone()));
+        self.close(&reg).await?;
+        // X's token now opens nothing: drop it so it answers 401.
+        let stale: Vec<String> = self
+            .tokens
+            .iter()
+            .filter(|e| e.value().inbox == reg.inbox && e.value().game == reg.game)
+            .map(|e| e.key().clone())
+            .collect();
+        for hash in stale {
+            self.meta.delete(&format!("seat/{hash}")).await?;
+            self.tokens.remove(&hash);
+        }
+        Ok(())
+    }
+
+    /// The game no longer counts as open for its host (finished or cancelled).
+    pub async fn close(&self, reg: &Registration) -> Result<(), HubError> {
+        if self
+            .meta
+            .delete(&open_key(&reg.host, &reg.inbox, &reg.game))
+            .await?
+        {
+            if let Some(mut n) = self.open.get_mut(&reg.host) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Redeems a pairing code: seats O with `key_o` (`Some` when O's agent holds its key,
+    /// with the public key; for a hub-held O pass the derived public key and `agent=false`).
+    /// Returns O's token and the updated registration.
+    pub async fn pair(
+        &self,
+        code: &str,
+        o_key: impl FnOnce(&Registration) -> Result<(Option<String>, bool), HubError>,
+    ) -> Result<(String, Registration), HubError> {
+        let code = normalize_code(code).ok_or_else(|| HubError::NotFound("unknown code".into()))?;
+        let hash = crypto::sha256_hex(code.as_bytes());
+        let key = format!("code/{hash}");
+        let rec = self
+            .meta
+            .take(&key)
+            .await?
+            .ok_or_else(|| HubError::NotFound("unknown pairing code".into()))?;
+        let rec: CodeRecord = serde_json::from_slice(&rec)
+            .map_err(|_| HubError::NotFound("unknown pairing code".into()))?;
+        // From here on the code is spent whatever happens: put back a tombstone.
+        self.retire_code(&hash, &rec.inbox, &rec.game).await?;
+        if rec.used {
+            return Err(HubError::CodeUsed);
+        }
+        if now_ms() > rec.expires_ms {
+            return Err(HubError::CodeExpired);
+        }
+        let mut reg = self
+            .registration(&rec.inbox, &rec.game)
+            .ok_or_else(|| HubError::NotFound("the game was cancelled".into()))?;
+        if reg.paired || reg.code_hash.as_deref() != Some(hash.as_str()) {
+            return Err(HubError::CodeUsed);
+        }
+        let (key_o, agent_o) = o_key(&reg)?;
+        let token = self.issue_token(&reg.inbox, &reg.game, Seat::O).await?;
+        reg.key_o = key_o;
+        reg.agent_o = agent_o;
+        reg.paired = true;
+        reg.code_hash = None;
+        self.put_registration(&reg).await?;
+        Ok((token, reg))
+    }
+
+    /// Remembers durably that `seat` has a choice held in memory.
+    pub async fn mark_held(&self, inbox: &str, game: &str, seat: Seat) -> Result<(), HubError> {
+        self.meta
+            .put(&held_key(inbox, game, seat), Bytes::new())
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets the held mark (the choice was committed, or the seat was told it was lost).
+    pub async fn clear_held(&self, inbox: &str, game: &str, seat: Seat) -> Result<(), HubError> {
+        self.meta.delete(&held_key(inbox, game, seat)).await?;
+        Ok(())
+    }
+
+    /// True when a held mark survives for `seat` (read when an actor is rebuilt).
+    pub async fn is_marked_held(&self, inbox: &str, game: &str, seat: Seat) -> bool {
+        matches!(
+            self.meta.get(&held_key(inbox, game, seat)).await,
+            Ok(Some(_))
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_eight_crockford_characters() {
+        for _ in 0..100 {
+            let code = random_base32(8);
+            assert_eq!(code.len(), 8);
+            assert_eq!(normalize_code(&code).as_deref(), Some(code.as_str()));
+        }
+    }
+
+    #[test]
+    fn codes_normalize_as_crockford_reads_them() {
+        assert_eq!(normalize_code("abcd-efgh").as_deref(), Some("ABCDEFGH"));
+        assert_eq!(normalize_code("o1l0i000").as_deref(), Some("01101000"));
+        assert_eq!(normalize_code("ABCDEFG"), None);
+        assert_eq!(normalize_code("ABCDEFGHJ"), None);
+        assert_eq!(normalize_code("ABCDEFGU"), None);
+        assert_eq!(normalize_code("ABCDEFGé"), None);
+    }
+
+    #[test]
+    fn tokens_carry_256_bits() {
+        let a = new_token();
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, new_token());
+    }
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20Z");
+    }
+}

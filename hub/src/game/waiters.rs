@@ -1,0 +1,172 @@
+//! Verdict waiting: a poster waits for the verdict on *its own* capture.
+//!
+//! The facade appends first and learns its capture only then; the actor may adjudicate
+//! that capture before the poster gets round to waiting for it. So both sides meet in one
+//! map keyed by capture, whoever comes first: the poster leaves a [`Slot::Waiting`] sender,
+//! or the actor leaves a [`Slot::Done`] outcome that the poster picks up. Outcomes nobody
+//! picks up (a poster that gave up after its 5 s, a record replayed at rebuild) are swept
+//! after [`DONE_TTL`].
+//!
+//! What it deliberately does not do: store verdicts (the inbox records them beside the
+//! capture, for readers that come later) or compute views (the actor hands them in).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use games::reason::Refusal;
+use tokio::sync::oneshot;
+// tokio's clock, so that tests can pause time and watch outcomes age.
+use tokio::time::Instant;
+
+use super::types::Verdict;
+use crate::inbox::Capture;
+use crate::rooms::Views;
+
+/// How long an outcome waits for its poster before it is swept.
+pub const DONE_TTL: Duration = Duration::from_secs(30);
+
+/// What the actor decided about one capture, and everyone's view afterwards.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub verdict: Verdict,
+    pub hash: Option<String>,
+    pub refusal: Option<Refusal>,
+    pub views: Option<Arc<Views>>,
+}
+
+enum Slot {
+    Waiting(oneshot::Sender<Outcome>),
+    Done(Outcome, Instant),
+}
+
+/// The meeting place of posters and actors.
+#[derive(Default)]
+pub struct Waiters {
+    slots: DashMap<Capture, Slot>,
+}
+
+impl Waiters {
+    /// Called by the actor with a fresh verdict: hands it to the waiting poster, or leaves
+    /// it for the poster to pick up.
+    pub fn resolve(&self, capture: Capture, outcome: Outcome) {
+        match self.slots.entry(capture) {
+            Entry::Occupied(e) => {
+                if let Slot::Waiting(_) = e.get() {
+                    if let Slot::Waiting(tx) = e.remove() {
+                        // The poster may have given up meanwhile; nothing to do then.
+                        let _ = tx.send(outcome);
+                    }
+                }
+            }
+            Entry::Vacant(e) => {
+                e.insert(Slot::Done(outcome, Instant::now()));
+            }
+        }
+    }
+
+    /// Waits up to `wait` for the outcome of `capture`; `None` when none came in time.
+    pub async fn wait(&self, capture: Capture, wait: Duration) -> Option<Outcome> {
+        let rx = match self.slots.entry(capture) {
+            Entry::Occupied(e) => match e.remove() {
+                Slot::Done(outcome, _) => return Some(outcome),
+                // Two posters cannot share a capture; keep the newer waiter.
+                Slot::Waiting(_) => {
+                    let (tx, rx) = oneshot::channel();
+                    self.slots.insert(capture, Slot::Waiting(tx));
+                    rx
+                }
+            },
+            Entry::Vacant(e) => {
+                let (tx, rx) = oneshot::channel();
+                e.insert(Slot::Waiting(tx));
+                rx
+            }
+        };
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(outcome)) => Some(outcome),
+            _ => {
+                self.slots
+                    .remove_if(&capture, |_, s| matches!(s, Slot::Waiting(_)));
+                None
+            }
+        }
+    }
+
+    /// Drops outcomes nobody picked up within [`DONE_TTL`].
+    pub fn sweep(&self) {
+        self.slots.retain(|_, s| match s {
+            Slot::Done(_, at) => at.elapsed() < DONE_TTL,
+            Slot::Waiting(tx) => !tx.is_closed(),
+        });
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(v: Verdict) -> Outcome {
+        Outcome {
+            verdict: v,
+            hash: None,
+            refusal: None,
+            views: None,
+        }
+    }
+
+    const C: Capture = Capture { shard: 1, pos: 9 };
+
+    #[tokio::test]
+    async fn a_verdict_before_the_wait_is_picked_up() {
+        let w = Waiters::default();
+        w.resolve(C, outcome(Verdict::Accepted));
+        let got = w.wait(C, Duration::from_millis(10)).await;
+        assert_eq!(got.map(|o| o.verdict), Some(Verdict::Accepted));
+        assert!(w.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_verdict_during_the_wait_wakes_the_poster() {
+        let w = Arc::new(Waiters::default());
+        let w2 = w.clone();
+        let poster = tokio::spawn(async move { w2.wait(C, Duration::from_secs(5)).await });
+        while w.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        w.resolve(C, outcome(Verdict::Rejected));
+        let got = poster.await.expect("poster task");
+        assert_eq!(got.map(|o| o.verdict), Some(Verdict::Rejected));
+        assert!(w.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_verdict_in_time_is_none_and_leaves_nothing() {
+        let w = Waiters::default();
+        assert!(w.wait(C, Duration::from_secs(5)).await.is_none());
+        assert!(w.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unclaimed_outcomes_are_swept() {
+        let w = Waiters::default();
+        w.resolve(C, outcome(Verdict::Accepted));
+        w.sweep();
+        assert_eq!(w.len(), 1, "a fresh outcome survives a sweep");
+        tokio::time::advance(DONE_TTL + Duration::from_secs(1)).await;
+        w.sweep();
+        assert!(w.is_empty());
+        assert!(w.wait(C, Duration::from_millis(1)).await.is_none());
+    }
+}

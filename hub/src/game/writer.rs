@@ -1,0 +1,138 @@
+//! Events the hub writes itself: a hub-held seat's moves and resigns, the start of a seated
+//! game whose host's key is hub-held (or that is unsigned), and custodial
+//! rock-paper-scissors commits and reveals.
+//!
+//! Each one is built from the actor's head (seq + 1, prevHash = head), signed with the
+//! seat's HKDF-derived key when the game is signed, and then appended and adjudicated like
+//! any posted event: the hub gets no shortcut past its own referee. A second writer racing
+//! it (the seat's own other tab, say) simply gets `stale_seq`.
+//!
+//! What it deliberately does not do: decide *whether* the hub may write for a seat (the
+//! facade and the actor check that against the registration), or keep any key: keys are
+//! derived on use from the hub secret and dropped.
+
+use bytes::Bytes;
+use games::verify::Prepared;
+use games::{crypto, Action, Event, Seat};
+use serde_json::{Map, Value};
+
+use super::seats::Registration;
+
+/// An event ready to append: the typed event, its bytes as stored, and its hash.
+#[derive(Clone, Debug)]
+pub struct Draft {
+    pub event: Event,
+    pub raw: Bytes,
+    pub prepared: Prepared,
+    pub seat: Seat,
+}
+
+/// Signs `event` with `seat`'s hub-held key when `signed`, and serializes it.
+pub fn finish(secret: &[u8], inbox: &str, mut event: Event, signed: bool) -> Draft {
+    let prepared = Prepared::of(&event);
+    if signed {
+        let key = crypto::seat_key(secret, inbox, &event.game, event.player);
+        event.sig = Some(crypto::sign(&key, &prepared.canonical));
+    }
+    let raw = Bytes::from(event.to_json());
+    let seat = event.player;
+    Draft {
+        event,
+        raw,
+        prepared,
+        seat,
+    }
+}
+
+/// The public key (64 hex) of a hub-held seat.
+pub fn hub_public_key(secret: &[u8], inbox: &str, game: &str, seat: Seat) -> String {
+    let key = crypto::seat_key(secret, inbox, game, seat);
+    crypto::public_key_hex(&key.verifying_key())
+}
+
+/// The start of a seated game, as the hub (or X's agent) must write it: the registered
+/// protocol and rules, both keys when signed, and `rules.inboxes: [inbox]`.
+pub fn start_event(reg: &Registration) -> Event {
+    let mut rules: Map<String, Value> = reg.rules.clone();
+    if reg.signed {
+        let mut keys = Map::new();
+        keys.insert(
+            "X".into(),
+            Value::from(reg.key_x.clone().unwrap_or_default()),
+        );
+        keys.insert(
+            "O".into(),
+            Value::from(reg.key_o.clone().unwrap_or_default()),
+        );
+        rules.insert("keys".into(), Value::Object(keys));
+    }
+    rules.insert(
+        "inboxes".into(),
+        Value::Array(vec![Value::from(reg.inbox.as_str())]),
+    );
+    Event {
+        game: reg.game.clone(),
+        seq: 0,
+        prev_hash: String::new(),
+        player: Seat::X,
+        action: Action::Start,
+        mv: None,
+        protocol: Some(reg.protocol.clone()),
+        rules: Some(rules),
+        status: None,
+        sig: None,
+    }
+}
+
+/// The next event after `head` (at `seq`) by `seat`: a move with `mv`, or a resign.
+pub fn next_event(game: &str, seq: u64, head: &str, seat: Seat, mv: Option<Value>) -> Event {
+    Event {
+        game: game.to_string(),
+        seq: seq + 1,
+        prev_hash: head.to_string(),
+        player: seat,
+        action: if mv.is_some() {
+            Action::Move
+        } else {
+            Action::Resign
+        },
+        mv,
+        protocol: None,
+        rules: None,
+        status: None,
+        sig: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signed_draft_verifies_under_the_derived_key() {
+        let secret = b"0123456789abcdef-hub-secret";
+        let ev = next_event(
+            "g1",
+            4,
+            &"a".repeat(64),
+            Seat::O,
+            Some(serde_json::json!({"col": 3})),
+        );
+        let draft = finish(secret, "lobby", ev, true);
+        let public = hub_public_key(secret, "lobby", "g1", Seat::O);
+        let key = crypto::public_key(&public).expect("a derived key is a valid public key");
+        let sig = draft.event.sig.as_deref().expect("signed");
+        assert!(crypto::verify(&key, &draft.prepared.canonical, sig));
+        // What is stored parses back to the same event.
+        assert_eq!(Event::parse(&draft.raw).as_ref(), Ok(&draft.event));
+        assert_eq!(draft.event.seq, 5);
+    }
+
+    #[test]
+    fn an_unsigned_draft_has_no_sig() {
+        let ev = next_event("g1", 1, &"b".repeat(64), Seat::X, None);
+        let draft = finish(b"0123456789abcdef", "lobby", ev, false);
+        assert_eq!(draft.event.sig, None);
+        assert_eq!(draft.event.action, Action::Resign);
+    }
+}
