@@ -17,7 +17,7 @@ use games::verify::{GameChain, Verdict};
 use games::{Action, Event, Registry, Seat, Status};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
-use verify_support::{lines, Writer};
+use verify_support::{commit, lines, reveal, Writer};
 
 fn text() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -84,6 +84,11 @@ fn event() -> impl Strategy<Value = Event> {
 fn candidates(reference: &str) -> Vec<Value> {
     match reference {
         "pipehub:connect-four" => (0..7).map(|c| json!({"col": c})).collect(),
+        "pipehub:rock-paper-scissors" => ["rock", "paper", "scissors"]
+            .into_iter()
+            .flat_map(|c| [Seat::X, Seat::O].map(|s| [commit(c, s), reveal(c, s)]))
+            .flatten()
+            .collect(),
         _ => (0..3)
             .flat_map(|r| (0..3).map(move |c| json!({"row": r, "col": c})))
             .collect(),
@@ -188,12 +193,13 @@ proptest! {
 
     #[test]
     fn legal_games_verify_and_every_edit_is_refused(
-        proto in 0usize..2,
+        proto in 0usize..3,
         signed in any::<bool>(),
         picks in proptest::collection::vec(0usize..64, 1..14),
         resign in proptest::option::of(0usize..14),
     ) {
-        let reference = ["pipehub:tic-tac-toe", "pipehub:connect-four"][proto];
+        let reference =
+            ["pipehub:tic-tac-toe", "pipehub:connect-four", "pipehub:rock-paper-scissors"][proto];
         let log = random_game(reference, signed, &picks, resign);
         prop_assert!(strict_ok(&log));
         let last = log.len() - 1;

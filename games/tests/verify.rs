@@ -62,7 +62,7 @@ fn a_whole_game_wins_by_line_then_after_end() {
             log.extend(moves.iter().map(|m| w.play(m.clone())));
             log.push(w.play_claiming(last.clone(), Status::Win));
             let chain = check(&log, None);
-            assert_eq!(chain.result(), Some(GameResult::win(Seat::X, WinBy::Line)));
+            assert_eq!(chain.result(), Some(GameResult::win(Seat::X, g.win_by)));
             assert_eq!(chain.accepted(), log.len() as u64);
             assert_eq!(chain.signed(), w.keys_value().is_some());
             log.push(w.play(g.win[1].clone()));
@@ -154,7 +154,10 @@ fn signatures_at_the_start_and_after() {
     for g in games() {
         let mut w = Writer::signed("s", "seed");
         let draft = w.start_draft(Some(g.reference), g.rules.clone());
-        check(std::slice::from_ref(&draft), Some((Reason::MissingSignature, None)));
+        check(
+            std::slice::from_ref(&draft),
+            Some((Reason::MissingSignature, None)),
+        );
         let mut wrong = w.sign(draft.clone());
         wrong.player = Seat::O; // O's key would not do either: bad_start comes first
         check(&[wrong], Some((Reason::BadStart, Some("player"))));
@@ -222,11 +225,12 @@ fn after_genesis() {
         let mut wrong = w.draft(Action::Move, Some(g.win[2].clone()));
         wrong.player = Seat::O;
         check(&with(wrong), Some((Reason::WrongPlayer, None)));
-        let (illegal, detail) = g.illegal.clone();
-        check(
-            &with(w.draft(Action::Move, Some(illegal))),
-            Some((Reason::IllegalMove, Some(detail))),
-        );
+        for (illegal, detail) in g.illegal.clone() {
+            check(
+                &with(w.draft(Action::Move, Some(illegal))),
+                Some((Reason::IllegalMove, Some(detail))),
+            );
+        }
         let shape = w.draft(Action::Move, Some(g.bad_shape.clone()));
         check(&with(shape), Some((Reason::IllegalMove, Some("bad_move"))));
         let mut claim = w.draft(Action::Move, Some(g.win[2].clone()));

@@ -10,6 +10,7 @@ pub mod http;
 pub mod inbox;
 pub mod meta;
 pub mod limits;
+pub mod loadgen;
 pub mod metrics;
 pub mod rooms;
 pub mod serve;

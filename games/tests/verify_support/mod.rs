@@ -8,7 +8,7 @@
 
 use games::canonical::hash_hex;
 use games::crypto::{self, SecretKey};
-use games::{Action, Event, Seat, Status};
+use games::{Action, Event, Seat, Status, WinBy};
 use serde_json::{json, Map, Value};
 
 /// Writes one game's events in order.
@@ -125,10 +125,11 @@ pub fn lines(events: &[Event]) -> String {
 pub struct Game {
     pub reference: &'static str,
     pub rules: Value,
-    /// Legal moves from the start that end in a win for X by line.
+    /// Legal moves from the start that end in a win for X, and how X wins.
     pub win: Vec<Value>,
-    /// A move refused at seq 2 after `win[0]`, with its detail.
-    pub illegal: (Value, &'static str),
+    pub win_by: WinBy,
+    /// Moves refused at seq 3 after `win[0]` and `win[1]`, each with its detail.
+    pub illegal: Vec<(Value, &'static str)>,
     /// A payload of the wrong shape.
     pub bad_shape: Value,
     /// Rules out of range.
@@ -141,7 +142,8 @@ pub fn tic_tac_toe() -> Game {
         reference: "pipehub:tic-tac-toe",
         rules: json!({}),
         win: vec![cell(0, 0), cell(1, 0), cell(0, 1), cell(1, 1), cell(0, 2)],
-        illegal: (cell(0, 0), "occupied"),
+        win_by: WinBy::Line,
+        illegal: vec![(cell(0, 0), "occupied"), (cell(3, 0), "out_of_bounds")],
         bad_shape: json!({"row": 0}),
         bad_rules: json!({"rows": 0}),
     }
@@ -153,13 +155,45 @@ pub fn connect_four() -> Game {
         reference: "pipehub:connect-four",
         rules: json!({"rows": 4, "cols": 4}),
         win: vec![col(0), col(1), col(0), col(1), col(0), col(1), col(0)],
-        illegal: (col(9), "out_of_bounds"),
+        win_by: WinBy::Line,
+        illegal: vec![(col(9), "out_of_bounds")],
         bad_shape: json!({"col": "a"}),
         bad_rules: json!({"cols": 65}),
     }
 }
 
+/// Nonces of the two seats in test games (any 16–64 lowercase hex will do).
+pub const NONCES: [&str; 2] = ["0123456789abcdef", "fedcba98765432100123456789abcdef"];
+
+pub fn commit(choice: &str, seat: Seat) -> Value {
+    json!({"commit": crypto::rps_commit(choice, NONCES[usize::from(seat == Seat::O)])})
+}
+
+pub fn reveal(choice: &str, seat: Seat) -> Value {
+    json!({"choice": choice, "nonce": NONCES[usize::from(seat == Seat::O)]})
+}
+
+pub fn rock_paper_scissors() -> Game {
+    Game {
+        reference: "pipehub:rock-paper-scissors",
+        rules: json!({"bestOf": 1}),
+        win: vec![
+            commit("rock", Seat::X),
+            commit("scissors", Seat::O),
+            reveal("rock", Seat::X),
+            reveal("scissors", Seat::O),
+        ],
+        win_by: WinBy::Score,
+        illegal: vec![
+            (reveal("paper", Seat::X), "commit_mismatch"),
+            (commit("paper", Seat::X), "phase"),
+        ],
+        bad_shape: json!({"choice": "lizard", "nonce": NONCES[0]}),
+        bad_rules: json!({"bestOf": 2}),
+    }
+}
+
 /// Every protocol the table tests run in.
 pub fn games() -> Vec<Game> {
-    vec![tic_tac_toe(), connect_four()]
+    vec![tic_tac_toe(), connect_four(), rock_paper_scissors()]
 }

@@ -1,0 +1,130 @@
+//! `pipehub loadgen --hub URL --games G --duration SECONDS [--rate MOVES_PER_S]
+//! [--protocol REF] [--signed] [--json]`: a benchmark client for a running hub (the work is
+//! in [`crate::loadgen`]; this module only reads flags and prints the report).
+//!
+//! Exit codes: 0 when the run completed; 1 when the hub's limits refused part of it or no
+//! move was accepted (the figures would not describe the hub); 2 when it could not start
+//! (bad flags, an unreachable hub, too few file descriptors).
+
+use crate::loadgen::{self, Config, LoadgenError, Outcome};
+use std::time::Duration;
+
+/// Arguments of `pipehub loadgen`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The hub's base URL.
+    #[arg(long, value_name = "URL")]
+    pub hub: String,
+    /// Concurrent seated games, two WebSocket seats each.
+    #[arg(long, value_name = "G")]
+    pub games: usize,
+    /// Measured seconds of play (after every game is seated).
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: f64,
+    /// Cap on offered moves a second across all games (default: as fast as the hub answers).
+    #[arg(long, value_name = "MOVES_PER_S")]
+    pub rate: Option<f64>,
+    /// The game to play: pipehub:tic-tac-toe, pipehub:connect-four or
+    /// pipehub:rock-paper-scissors.
+    #[arg(long, value_name = "REF", default_value = "pipehub:tic-tac-toe")]
+    pub protocol: String,
+    /// Play signed games with hub-held keys (default: unsigned).
+    #[arg(long)]
+    pub signed: bool,
+    /// Print one JSON object instead of the plain report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 86_400.0) {
+        eprintln!("pipehub loadgen: --duration must be between 0 and 86400 seconds");
+        return Ok(2);
+    }
+    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        eprintln!("pipehub loadgen: --rate must be a positive number");
+        return Ok(2);
+    }
+    let config = Config {
+        hub: args.hub,
+        games: args.games,
+        duration: Duration::from_secs_f64(args.duration),
+        rate: args.rate,
+        protocol: args.protocol,
+        signed: args.signed,
+    };
+    // Two workers: the machine the targets are set on has two cores, shared with the hub.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let outcome = match runtime.block_on(loadgen::run(config.clone())) {
+        Ok(o) => o,
+        Err(LoadgenError::Usage(e)) => {
+            eprintln!("pipehub loadgen: {e}");
+            return Ok(2);
+        }
+        Err(e @ LoadgenError::Unreachable { .. }) => {
+            eprintln!("pipehub loadgen: {e}");
+            return Ok(2);
+        }
+    };
+    // The tables are finished or aborted; do not wait on stragglers.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    if args.json {
+        println!("{}", serde_json::to_string(&outcome.report)?);
+    } else {
+        print_plain(&config, &outcome);
+    }
+    let advice = outcome.limit_advice();
+    for line in &advice {
+        eprintln!("pipehub loadgen: {line}");
+    }
+    if let Some(e) = &outcome.first_error {
+        eprintln!("pipehub loadgen: first error: {e}");
+    }
+    let limited = outcome.rate_limited > 0 || outcome.open_games_cap > 0;
+    Ok(if limited || outcome.report.moves == 0 {
+        1
+    } else {
+        0
+    })
+}
+
+fn print_plain(config: &Config, o: &Outcome) {
+    let r = &o.report;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    println!(
+        "{} games of {} ({}), {:.1} s{}",
+        r.games,
+        config.protocol,
+        if config.signed {
+            "signed, hub-held keys"
+        } else {
+            "unsigned"
+        },
+        r.duration_s,
+        config
+            .rate
+            .map(|x| format!(", offered at most {x} moves/s"))
+            .unwrap_or_default()
+    );
+    println!("moves     {} accepted, {:.1}/s", r.moves, r.moves_per_s);
+    let l = &r.latency_ms;
+    println!(
+        "latency   move -> opponent's game.state: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        l.p50, l.p90, l.p99, l.max
+    );
+    println!("refused   {}", r.refused);
+    println!("errors    {}", r.errors);
+    match (r.hub_rss_bytes, o.rss_before) {
+        (Some(end), Some(before)) => println!(
+            "hub rss   {:.1} MiB with the games open ({:.1} MiB before; {:.1} KiB more per open game)",
+            mib(end),
+            mib(before),
+            (end.saturating_sub(before)) as f64 / 1024.0 / r.games.max(1) as f64
+        ),
+        (Some(end), None) => println!("hub rss   {:.1} MiB with the games open", mib(end)),
+        _ => println!("hub rss   unknown"),
+    }
+}

@@ -1,0 +1,226 @@
+//! The HTTP calls of a load run: create a seated game, pair it, read the hub's memory.
+//!
+//! Each call is bounded in time, and the number in flight at once is capped, so that
+//! seating 10,000 games opens a few dozen keep-alive connections rather than 10,000 (file
+//! descriptors are the scarce thing on both sides of a run this size). Refusals that come
+//! from the hub's own limits are told apart from other failures, because the cure is a
+//! flag of `pipehub serve`, not a bug report.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Requests in flight at once.
+const MAX_IN_FLIGHT: usize = 64;
+/// One request's time limit.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// 429 `rate_limited`: the hub's per-person rate limit.
+    #[error("rate_limited (retry after {retry_after_s} s)")]
+    RateLimited { retry_after_s: u64 },
+    /// `too_many_games`: the hub's cap on open games per person.
+    #[error("too_many_games: {detail}")]
+    OpenGamesCap { detail: String },
+    /// Any other answer that is not a success.
+    #[error("{status} {body}")]
+    Refused { status: u16, body: String },
+    /// The hub could not be reached, or its answer could not be read.
+    #[error("{0}")]
+    Transport(String),
+}
+
+/// One seated game, both seats' tokens in hand.
+#[derive(Debug, Clone)]
+pub struct Seated {
+    pub game: String,
+    pub token_x: String,
+    pub token_o: String,
+}
+
+/// An HTTP client for one hub.
+#[derive(Debug)]
+pub struct HubClient {
+    base: String,
+    client: reqwest::Client,
+    in_flight: Semaphore,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreatedMsg {
+    game: String,
+    token: String,
+    pairing_code: String,
+}
+
+#[derive(Deserialize)]
+struct PairedMsg {
+    token: String,
+}
+
+#[derive(Deserialize)]
+struct ErrorMsg {
+    error: String,
+    detail: Option<Value>,
+}
+
+impl HubClient {
+    /// `base` is the hub's URL, e.g. `http://127.0.0.1:8080`.
+    pub fn new(base: &str) -> Result<HubClient, CallError> {
+        let client = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .pool_max_idle_per_host(MAX_IN_FLIGHT)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        Ok(HubClient {
+            base: base.trim_end_matches('/').to_string(),
+            client,
+            in_flight: Semaphore::new(MAX_IN_FLIGHT),
+        })
+    }
+
+    /// The relay's address: the hub's URL with a WebSocket scheme and `/v1/ws`.
+    pub fn ws_url(&self) -> String {
+        let rest = self
+            .base
+            .strip_prefix("https://")
+            .map(|r| format!("wss://{r}"))
+            .or_else(|| {
+                self.base
+                    .strip_prefix("http://")
+                    .map(|r| format!("ws://{r}"))
+            })
+            .unwrap_or_else(|| format!("ws://{}", self.base));
+        format!("{rest}/v1/ws")
+    }
+
+    /// Creates a seated game in `inbox` and pairs it: both tokens, the start written.
+    pub async fn seat_game(
+        &self,
+        inbox: &str,
+        protocol: &str,
+        signed: bool,
+    ) -> Result<Seated, CallError> {
+        let created: CreatedMsg = self
+            .post(
+                &format!("/v1/inboxes/{inbox}/games"),
+                json!({"protocol": protocol, "signed": signed}),
+            )
+            .await?;
+        let paired: PairedMsg = self
+            .post("/v1/pair", json!({"code": created.pairing_code}))
+            .await?;
+        Ok(Seated {
+            game: created.game,
+            token_x: created.token,
+            token_o: paired.token,
+        })
+    }
+
+    /// The hub's `process_resident_memory_bytes` from `/metrics`.
+    pub async fn resident_memory(&self) -> Result<u64, CallError> {
+        let _permit = self.in_flight.acquire().await;
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| CallError::Transport(e.to_string()))?
+            .text()
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        parse_rss(&text).ok_or_else(|| {
+            CallError::Transport("/metrics has no process_resident_memory_bytes".into())
+        })
+    }
+
+    async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Value,
+    ) -> Result<T, CallError> {
+        let _permit = self.in_flight.acquire().await;
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        let status = response.status().as_u16();
+        let retry_after_s = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(1);
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        if (200..300).contains(&status) {
+            return serde_json::from_slice(&bytes)
+                .map_err(|e| CallError::Transport(format!("{path}: unreadable answer: {e}")));
+        }
+        let error: Option<ErrorMsg> = serde_json::from_slice(&bytes).ok();
+        Err(match error {
+            Some(e) if status == 429 || e.error == "rate_limited" => {
+                CallError::RateLimited { retry_after_s }
+            }
+            Some(e) if e.error == "too_many_games" => CallError::OpenGamesCap {
+                detail: e.detail.map(|d| d.to_string()).unwrap_or_default(),
+            },
+            _ => CallError::Refused {
+                status,
+                body: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
+            },
+        })
+    }
+}
+
+/// Reads `process_resident_memory_bytes VALUE` from Prometheus text.
+pub fn parse_rss(text: &str) -> Option<u64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let mut parts = l.split_whitespace();
+            (parts.next()? == "process_resident_memory_bytes")
+                .then(|| parts.next()?.parse::<f64>().ok())
+                .flatten()
+        })
+        .map(|v| v as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resident_memory_is_read_from_prometheus_text() {
+        let text = "# HELP process_resident_memory_bytes Resident memory size in bytes.\n\
+                    # TYPE process_resident_memory_bytes gauge\n\
+                    process_resident_memory_bytes_total 1\n\
+                    process_resident_memory_bytes 1.2345e7\n";
+        assert_eq!(parse_rss(text), Some(12_345_000));
+        assert_eq!(parse_rss("pipehub_x 1\n"), None);
+    }
+
+    #[test]
+    fn relay_url_follows_the_hub_url() {
+        let c = |b: &str| HubClient::new(b).map(|c| c.ws_url()).ok();
+        assert_eq!(
+            c("http://127.0.0.1:8080/").as_deref(),
+            Some("ws://127.0.0.1:8080/v1/ws")
+        );
+        assert_eq!(
+            c("https://h.example").as_deref(),
+            Some("wss://h.example/v1/ws")
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! `pipehub loadgen`: drives a running hub with G concurrent seated games over WebSockets
+//! and reports what it sustained (DESIGN.md section 5).
+//!
+//! A run has three acts. *Setup*: G tables ([`table`]) each seat a game over HTTP, open two
+//! sockets and say `hello` with the seats' tokens; nothing is measured yet. *Play*: once
+//! every table is seated (or the setup time is up) the clock starts, and for `--duration`
+//! seconds each table plays random legal moves, game after game, on the same sockets.
+//! *Hold*: at the deadline the tables stop moving but keep their last games open while the
+//! hub's `/metrics` is read, so `hub_rss_bytes` is the hub's memory with G open games and
+//! 2G sockets; then every socket is closed. Every act is bounded, so a run ends by itself
+//! within setup + duration + a few seconds of grace, whatever the hub does.
+//!
+//! It is a benchmark client, not a test: it trusts the hub's answers except to count
+//! refusals and errors, and it does not verify chains.
+
+pub mod http;
+pub mod moves;
+pub mod stats;
+pub mod table;
+pub mod wire;
+
+use http::HubClient;
+use moves::Kind;
+use serde::Serialize;
+use stats::{Pacer, Percentiles, Stats};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use table::Control;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// Sockets being opened at once (keeps the hub's accept backlog from overflowing).
+const MAX_CONNECTING: usize = 128;
+/// Time to close sockets at the end before the tables are abandoned.
+const GRACE: Duration = Duration::from_secs(5);
+/// File descriptors the load generator needs besides its 2G sockets.
+const SPARE_FDS: u64 = 200;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The hub's base URL, e.g. `http://127.0.0.1:8080`.
+    pub hub: String,
+    pub games: usize,
+    pub duration: Duration,
+    /// Offered moves a second across all games; `None` for as fast as the hub answers.
+    pub rate: Option<f64>,
+    /// A catalog ref of a protocol the load generator can play.
+    pub protocol: String,
+    /// Signed games with hub-held keys, rather than unsigned ones.
+    pub signed: bool,
+}
+
+/// The `--json` report: exactly DESIGN.md's keys.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub games: usize,
+    pub duration_s: f64,
+    pub moves: u64,
+    pub moves_per_s: f64,
+    pub refused: u64,
+    pub errors: u64,
+    pub latency_ms: Percentiles,
+    pub hub_rss_bytes: Option<u64>,
+}
+
+/// The report, and what the plain output and the exit code add to it.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub report: Report,
+    /// Tables that had their first game seated when the clock started.
+    pub seated: usize,
+    /// The hub's resident memory before the run seated anything.
+    pub rss_before: Option<u64>,
+    pub rate_limited: u64,
+    pub open_games_cap: u64,
+    pub first_error: Option<String>,
+}
+
+/// A run that could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot reach the hub at {hub}: {detail}")]
+    Unreachable { hub: String, detail: String },
+}
+
+/// What every table shares.
+pub struct Shared {
+    pub http: HubClient,
+    pub ws_url: String,
+    pub inbox: String,
+    pub protocol: String,
+    pub kind: Kind,
+    pub signed: bool,
+    pub stats: Stats,
+    pub pacer: Pacer,
+    pub connects: Semaphore,
+    pub seated: AtomicUsize,
+}
+
+/// Runs the load and returns its figures.
+pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
+    let (kind, protocol) = Kind::from_ref(&config.protocol).map_err(LoadgenError::Usage)?;
+    if config.games == 0 || config.duration.is_zero() {
+        return Err(LoadgenError::Usage(
+            "--games and --duration must be positive".into(),
+        ));
+    }
+    check_fd_limit(config.games)?;
+    let http = HubClient::new(&config.hub).map_err(|e| LoadgenError::Usage(e.to_string()))?;
+    let rss_before = http
+        .resident_memory()
+        .await
+        .map_err(|e| LoadgenError::Unreachable {
+            hub: config.hub.clone(),
+            detail: e.to_string(),
+        })?;
+    let shared = Arc::new(Shared {
+        ws_url: http.ws_url(),
+        http,
+        inbox: format!("loadgen-{:08x}", rand::random::<u32>()),
+        protocol,
+        kind,
+        signed: config.signed,
+        stats: Stats::new(),
+        pacer: Pacer::new(config.rate),
+        connects: Semaphore::new(MAX_CONNECTING),
+        seated: AtomicUsize::new(0),
+    });
+
+    let (control, watcher) = watch::channel(Control::Setup);
+    let mut tables = JoinSet::new();
+    for _ in 0..config.games {
+        tables.spawn(table::run(shared.clone(), watcher.clone()));
+    }
+
+    // Setup: wait for every table's first game, within a limit that grows with G.
+    let setup_limit =
+        Instant::now() + Duration::from_secs(30) + Duration::from_millis(20) * config.games as u32;
+    while shared.seated.load(Ordering::Relaxed) < config.games && Instant::now() < setup_limit {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seated = shared.seated.load(Ordering::Relaxed);
+
+    // Play.
+    let start = Instant::now();
+    let deadline = start + config.duration;
+    let _ = control.send(Control::Play { deadline });
+    tokio::time::sleep_until(deadline).await;
+    let elapsed = start.elapsed().as_secs_f64();
+
+    // Hold: the games are still open; read the hub's memory, then release them.
+    let hub_rss_bytes = match shared.http.resident_memory().await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            shared.stats.error(|| format!("reading /metrics: {e}"));
+            None
+        }
+    };
+    let _ = control.send(Control::Release);
+    let _ =
+        tokio::time::timeout(GRACE, async { while tables.join_next().await.is_some() {} }).await;
+    tables.abort_all();
+
+    let stats = &shared.stats;
+    let moves = Stats::get(&stats.moves);
+    Ok(Outcome {
+        report: Report {
+            games: config.games,
+            duration_s: elapsed,
+            moves,
+            moves_per_s: moves as f64 / elapsed.max(f64::MIN_POSITIVE),
+            refused: Stats::get(&stats.refused),
+            errors: Stats::get(&stats.errors),
+            latency_ms: stats.percentiles(),
+            hub_rss_bytes,
+        },
+        seated,
+        rss_before: Some(rss_before),
+        rate_limited: Stats::get(&stats.rate_limited),
+        open_games_cap: Stats::get(&stats.open_games_cap),
+        first_error: stats.first_error(),
+    })
+}
+
+/// Refuses to start when this process cannot open 2G sockets, rather than failing halfway.
+fn check_fd_limit(games: usize) -> Result<(), LoadgenError> {
+    let Some(limit) = open_files_limit() else {
+        return Ok(());
+    };
+    let needed = 2 * games as u64 + SPARE_FDS;
+    if limit < needed {
+        return Err(LoadgenError::Usage(format!(
+            "{games} games need {needed} open files but this process may open {limit}: raise it with `ulimit -n {needed}` (the hub needs as many)"
+        )));
+    }
+    Ok(())
+}
+
+/// The soft `Max open files` limit of this process, from `/proc/self/limits`.
+fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+impl Outcome {
+    /// Plain advice when the hub's own limits refused the run, naming the flag to raise.
+    pub fn limit_advice(&self) -> Vec<String> {
+        let mut advice = Vec::new();
+        if self.rate_limited > 0 {
+            advice.push(format!(
+                "the hub rate-limited {} requests: raise `pipehub serve --rate-limit` (e.g. --rate-limit 1000000/1)",
+                self.rate_limited
+            ));
+        }
+        if self.open_games_cap > 0 {
+            advice.push(format!(
+                "the hub refused {} games for its open-games cap: raise `pipehub serve --max-open-games` to at least {}",
+                self.open_games_cap, self.report.games
+            ));
+        }
+        if self.seated < self.report.games {
+            advice.push(format!(
+                "only {} of {} games were seated when the clock started",
+                self.seated, self.report.games
+            ));
+        }
+        advice
+    }
+}

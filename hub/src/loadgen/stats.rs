@@ -1,0 +1,221 @@
+//! What a load run counts, and the pace it keeps.
+//!
+//! [`Stats`] is shared by every game task: plain atomic counters, and one latency
+//! histogram behind a mutex. A histogram per game would cost tens of kilobytes each, which
+//! at 10,000 games is more memory than the hub under test; one shared histogram is taken a
+//! few thousand times a second for well under a microsecond, which is cheaper than the
+//! frame it measures.
+//!
+//! [`Pacer`] caps the offered load (`--rate`). It hands out send slots spaced evenly in
+//! time and keeps no credit for idle periods, so a pause is never followed by a burst. It
+//! does not queue fairly between games; under the cap every game waits about as long.
+
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The largest latency the histogram records exactly (a minute, in microseconds); anything
+/// slower is clamped to it, which a minute-long stall deserves anyway.
+const MAX_LATENCY_US: u64 = 60_000_000;
+
+/// Counters shared by every game of a run.
+#[derive(Debug)]
+pub struct Stats {
+    /// Moves whose resulting state reached the opponent's socket inside the measured window.
+    pub moves: AtomicU64,
+    /// `game.refused` answers (rate limits included).
+    pub refused: AtomicU64,
+    /// Transport failures, `error` messages, lost states, and HTTP calls that failed.
+    pub errors: AtomicU64,
+    /// Times the hub answered `rate_limited`, over HTTP or the socket.
+    pub rate_limited: AtomicU64,
+    /// Times the hub refused to open a game because of its open-games cap.
+    pub open_games_cap: AtomicU64,
+    latency: Mutex<Histogram<u64>>,
+    first_error: Mutex<Option<String>>,
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        // Three significant digits over 1 µs..60 s: fixed bounds that are valid by
+        // construction, so this cannot fail.
+        let histogram = Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
+            .expect("constant histogram bounds are valid");
+        Stats {
+            moves: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            rate_limited: AtomicU64::new(0),
+            open_games_cap: AtomicU64::new(0),
+            latency: Mutex::new(histogram),
+            first_error: Mutex::new(None),
+        }
+    }
+
+    /// Counts one move that reached the opponent after `latency`.
+    pub fn record_move(&self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros())
+            .unwrap_or(MAX_LATENCY_US)
+            .clamp(1, MAX_LATENCY_US);
+        self.moves.fetch_add(1, Ordering::Relaxed);
+        self.latency.lock().saturating_record(us);
+    }
+
+    /// Counts one error and keeps the first one's text for the report.
+    pub fn error(&self, what: impl FnOnce() -> String) {
+        if self.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+            let mut first = self.first_error.lock();
+            if first.is_none() {
+                *first = Some(what());
+            }
+        }
+    }
+
+    pub fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+
+    pub fn first_error(&self) -> Option<String> {
+        self.first_error.lock().clone()
+    }
+
+    pub fn percentiles(&self) -> Percentiles {
+        let h = self.latency.lock();
+        if h.is_empty() {
+            return Percentiles::default();
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        Percentiles {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p99: ms(h.value_at_quantile(0.99)),
+            max: ms(h.max()),
+        }
+    }
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats::new()
+    }
+}
+
+/// Evenly spaced send slots: at most `rate` moves a second across all games.
+#[derive(Debug)]
+pub struct Pacer {
+    interval_ns: u64,
+    origin: Instant,
+    next_ns: AtomicU64,
+}
+
+impl Pacer {
+    /// `None` or a non-positive rate means no cap.
+    pub fn new(rate: Option<f64>) -> Pacer {
+        let interval_ns = match rate {
+            Some(r) if r > 0.0 => (1e9 / r).round().max(1.0) as u64,
+            _ => 0,
+        };
+        Pacer {
+            interval_ns,
+            origin: Instant::now(),
+            next_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Waits for this caller's slot.
+    pub async fn wait(&self) {
+        if self.interval_ns == 0 {
+            return;
+        }
+        let now = self.elapsed_ns();
+        let mut next = self.next_ns.load(Ordering::Relaxed);
+        let slot = loop {
+            // No credit for idle time: a slot is never earlier than now.
+            let slot = next.max(now);
+            match self.next_ns.compare_exchange_weak(
+                next,
+                slot + self.interval_ns,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break slot,
+                Err(seen) => next = seen,
+            }
+        };
+        if slot > now {
+            tokio::time::sleep_until(self.origin + Duration::from_nanos(slot)).await;
+        }
+    }
+
+    fn elapsed_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX / 2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_come_from_recorded_moves() {
+        let stats = Stats::new();
+        for ms in 1..=100u64 {
+            stats.record_move(Duration::from_millis(ms));
+        }
+        let p = stats.percentiles();
+        assert_eq!(Stats::get(&stats.moves), 100);
+        assert!((p.p50 - 50.0).abs() < 0.1, "{p:?}");
+        assert!((p.p99 - 99.0).abs() < 0.1, "{p:?}");
+        assert!((p.max - 100.0).abs() < 0.1, "{p:?}");
+    }
+
+    #[test]
+    fn first_error_is_kept() {
+        let stats = Stats::new();
+        stats.error(|| "one".into());
+        stats.error(|| "two".into());
+        assert_eq!(Stats::get(&stats.errors), 2);
+        assert_eq!(stats.first_error().as_deref(), Some("one"));
+    }
+
+    #[tokio::test]
+    async fn pacer_spaces_slots_and_keeps_no_credit() {
+        let pacer = Pacer::new(Some(200.0));
+        let start = Instant::now();
+        for _ in 0..5 {
+            pacer.wait().await;
+        }
+        // Slots at 0, 5, 10, 15, 20 ms.
+        let spaced = start.elapsed();
+        assert!(spaced >= Duration::from_millis(20), "{spaced:?}");
+        assert!(spaced < Duration::from_millis(500), "{spaced:?}");
+        // After an idle spell the next slot is now, not a burst of saved-up slots.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let idle = Instant::now();
+        pacer.wait().await;
+        pacer.wait().await;
+        assert!(
+            idle.elapsed() >= Duration::from_millis(4),
+            "{:?}",
+            idle.elapsed()
+        );
+        let free = Instant::now();
+        Pacer::new(None).wait().await;
+        assert!(free.elapsed() < Duration::from_millis(5));
+    }
+}

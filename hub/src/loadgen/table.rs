@@ -1,0 +1,334 @@
+//! One game slot of a load run: two WebSocket seats playing game after game.
+//!
+//! A table seats a game over HTTP, says `hello` with each seat's token on its two sockets,
+//! and plays: each seat moves as soon as its own `game.state` says it is its turn, and the
+//! move's latency is taken when the *other* socket receives a state past the move's seq.
+//! When the game ends the table seats a new one and says `hello` again on the same sockets.
+//! Both sockets live in one task, so one clock measures both ends of every move.
+//!
+//! Only one move is ever in flight per table (the games are turn-based), which makes the
+//! offered load a closed loop of G moves at most, capped by the shared [`Pacer`].
+//! A table never waits without a bound: a move whose state does not arrive within
+//! [`STALL`] is counted as an error and the table asks for the board again; three stalls
+//! in a row, or a broken socket, and it starts over with fresh sockets.
+//!
+//! [`Pacer`]: super::stats::Pacer
+
+use super::http::{CallError, Seated};
+use super::stats::Stats;
+use super::wire::{self, Incoming};
+use super::Shared;
+use futures_util::{SinkExt, StreamExt};
+use games::event::Seat;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// How long a move may wait for its state before the table resynchronises.
+const STALL: Duration = Duration::from_secs(5);
+/// Consecutive stalls after which the sockets are replaced.
+const MAX_STALLS: u32 = 3;
+/// Time limit on opening one socket.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause after a refusal by the rate limiter (the relay sends no Retry-After).
+const RATE_LIMIT_PAUSE: Duration = Duration::from_secs(1);
+
+/// What the run's conductor tells every table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    /// Seat the first game and wait.
+    Setup,
+    /// Play until the deadline, then hold the games open.
+    Play { deadline: Instant },
+    /// Close the sockets and finish.
+    Release,
+}
+
+impl Control {
+    fn stopped(self) -> bool {
+        match self {
+            Control::Setup => false,
+            Control::Play { deadline } => Instant::now() >= deadline,
+            Control::Release => true,
+        }
+    }
+}
+
+/// How a game ended for the table.
+enum Played {
+    Ended,
+    Stopped,
+    Broken,
+}
+
+/// The move in flight.
+struct Pending {
+    mover: usize,
+    base_seq: u64,
+    sent_at: Instant,
+}
+
+/// Runs one table until the conductor releases it.
+pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
+    let mut rng = StdRng::from_entropy();
+    let mut sockets: Option<[Ws; 2]> = None;
+    let mut counted_ready = false;
+    let mut next_ref = 0u64;
+    while !control.borrow().stopped() {
+        let Some(seated) = seat(&shared, &control).await else {
+            break;
+        };
+        let mut socks = match sockets.take() {
+            Some(s) => s,
+            None => match connect_pair(&shared).await {
+                Ok(s) => s,
+                Err(e) => {
+                    shared.stats.error(|| format!("websocket connect: {e}"));
+                    sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+        };
+        let hellos = [wire::hello(&seated.token_x), wire::hello(&seated.token_o)];
+        if let Err(e) = send_both(&mut socks, &hellos).await {
+            shared.stats.error(|| format!("websocket hello: {e}"));
+            continue;
+        }
+        if !counted_ready {
+            counted_ready = true;
+            shared
+                .seated
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // The first game waits for every table to be seated, so the measured window
+            // sees all G games playing at once.
+            let _ = control.wait_for(|c| *c != Control::Setup).await;
+        }
+        let deadline = match *control.borrow() {
+            Control::Play { deadline } => deadline,
+            _ => break,
+        };
+        match play(
+            &shared,
+            &mut socks,
+            &seated,
+            deadline,
+            &mut rng,
+            &mut next_ref,
+        )
+        .await
+        {
+            Played::Ended => sockets = Some(socks),
+            Played::Stopped => {
+                sockets = Some(socks);
+                break;
+            }
+            Played::Broken => {}
+        }
+    }
+    // Hold the last games open until the hub's memory has been read.
+    let _ = control.wait_for(|c| *c == Control::Release).await;
+    if let Some(socks) = sockets {
+        for mut ws in socks {
+            let _ = timeout(Duration::from_secs(1), ws.close(None)).await;
+        }
+    }
+}
+
+/// Seats a game, retrying (bounded by the run) when the hub refuses.
+async fn seat(shared: &Shared, control: &watch::Receiver<Control>) -> Option<Seated> {
+    loop {
+        if control.borrow().stopped() {
+            return None;
+        }
+        let pause = match shared
+            .http
+            .seat_game(&shared.inbox, &shared.protocol, shared.signed)
+            .await
+        {
+            Ok(seated) => return Some(seated),
+            Err(CallError::RateLimited { retry_after_s }) => {
+                Stats::count(&shared.stats.rate_limited);
+                Duration::from_secs(retry_after_s.clamp(1, 5))
+            }
+            Err(CallError::OpenGamesCap { .. }) => {
+                Stats::count(&shared.stats.open_games_cap);
+                Duration::from_secs(1)
+            }
+            Err(e) => {
+                shared.stats.error(|| format!("seating a game: {e}"));
+                Duration::from_secs(1)
+            }
+        };
+        sleep(pause).await;
+    }
+}
+
+async fn connect_pair(shared: &Shared) -> Result<[Ws; 2], String> {
+    Ok([connect(shared).await?, connect(shared).await?])
+}
+
+async fn connect(shared: &Shared) -> Result<Ws, String> {
+    let _permit = shared.connects.acquire().await;
+    let attempt = tokio_tungstenite::connect_async_with_config(shared.ws_url.as_str(), None, true);
+    match timeout(CONNECT_TIMEOUT, attempt).await {
+        Ok(Ok((ws, _))) => Ok(ws),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out".into()),
+    }
+}
+
+async fn send_both(socks: &mut [Ws; 2], texts: &[String; 2]) -> Result<(), String> {
+    for (ws, text) in socks.iter_mut().zip(texts) {
+        ws.send(Message::text(text.as_str()))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Plays one game on the two sockets until it ends, the deadline passes, or a socket breaks.
+async fn play(
+    shared: &Shared,
+    socks: &mut [Ws; 2],
+    seated: &Seated,
+    deadline: Instant,
+    rng: &mut StdRng,
+    next_ref: &mut u64,
+) -> Played {
+    let stats = &shared.stats;
+    let mut pending: Option<Pending> = None;
+    let mut ended = false;
+    let mut stalls = 0u32;
+    let mut last_activity = Instant::now();
+    loop {
+        let [a, b] = &mut *socks;
+        let (idx, frame) = tokio::select! {
+            f = a.next() => (0usize, f),
+            f = b.next() => (1usize, f),
+            _ = sleep_until(deadline) => return Played::Stopped,
+            _ = sleep_until(last_activity + STALL) => {
+                stalls += 1;
+                if pending.take().is_some() {
+                    stats.error(|| "a move's game.state did not arrive within 5 s".into());
+                }
+                if stalls >= MAX_STALLS {
+                    stats.error(|| "a game stalled; reconnecting".into());
+                    return Played::Broken;
+                }
+                let board = [wire::game_board(), wire::game_board()];
+                if send_both(socks, &board).await.is_err() {
+                    return Played::Broken;
+                }
+                last_activity = Instant::now();
+                continue;
+            }
+        };
+        let text = match frame {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(_))) | None => {
+                stats.error(|| "the hub closed a socket".into());
+                return Played::Broken;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => {
+                stats.error(|| format!("websocket: {e}"));
+                return Played::Broken;
+            }
+        };
+        let msg = match Incoming::parse(text.as_str()) {
+            Ok(m) => m,
+            Err(e) => {
+                stats.error(|| format!("unreadable message from the hub: {e}"));
+                continue;
+            }
+        };
+        match msg.t.as_str() {
+            "game.state" => {
+                if msg.game.as_deref() != Some(seated.game.as_str()) {
+                    continue; // the end of the previous game, read late
+                }
+                let now = Instant::now();
+                last_activity = now;
+                stalls = 0;
+                let seq = msg.seq.unwrap_or(0);
+                if let Some(p) = &pending {
+                    if p.mover != idx && msg.seq.is_some_and(|s| s > p.base_seq) {
+                        stats.record_move(now - p.sent_at);
+                        pending = None;
+                    }
+                }
+                ended |= msg.is_over();
+                if ended {
+                    if pending.is_none() {
+                        return Played::Ended;
+                    }
+                    continue;
+                }
+                if pending.is_some() {
+                    continue;
+                }
+                let seat = if idx == 0 { Seat::X } else { Seat::O };
+                let Some(mv) = msg
+                    .view
+                    .as_ref()
+                    .and_then(|v| shared.kind.pick(seat, v, rng))
+                else {
+                    continue;
+                };
+                shared.pacer.wait().await;
+                if Instant::now() >= deadline {
+                    return Played::Stopped;
+                }
+                *next_ref += 1;
+                let sent_at = Instant::now();
+                if let Err(e) = socks[idx]
+                    .send(Message::text(wire::game_move(&mv, *next_ref)))
+                    .await
+                {
+                    stats.error(|| format!("websocket send: {e}"));
+                    return Played::Broken;
+                }
+                pending = Some(Pending {
+                    mover: idx,
+                    base_seq: seq,
+                    sent_at,
+                });
+            }
+            "game.refused" => {
+                Stats::count(&stats.refused);
+                if pending.as_ref().is_some_and(|p| p.mover == idx) {
+                    pending = None;
+                }
+                if msg.error.as_deref() == Some("rate_limited") {
+                    Stats::count(&stats.rate_limited);
+                    sleep_until(deadline.min(Instant::now() + RATE_LIMIT_PAUSE)).await;
+                    last_activity = Instant::now();
+                }
+            }
+            "error" => {
+                stats.error(|| {
+                    format!(
+                        "hub error {} {}",
+                        msg.error.as_deref().unwrap_or("?"),
+                        msg.detail
+                            .as_ref()
+                            .map(|d| d.to_string())
+                            .unwrap_or_default()
+                    )
+                });
+                if msg.close == Some(true) {
+                    return Played::Broken;
+                }
+            }
+            _ => {}
+        }
+    }
+}
