@@ -1,14 +1,377 @@
-//! Helpers for pipehub's end-to-end tests: they locate and run the real `pipehub` binary.
+//! Helpers for pipehub's end-to-end tests: they build, start and stop the real `pipehub`
+//! binary and talk to it over HTTP on 127.0.0.1.
+//!
+//! [`Hub::start`] runs `pipehub serve --listen 127.0.0.1:0` on a fresh temporary data
+//! directory, reads the port it chose from its standard output, and waits for `/readyz`;
+//! dropping the [`Hub`] kills the process, so a failing test leaves nothing running.
+//! [`Client`] is a small blocking HTTP client (keep-alive, a timeout on every request)
+//! that returns every status as a [`Response`] rather than an error, since most tests are
+//! about the error answers.
+//!
+//! Nothing here installs anything or reaches beyond the loopback address.
 
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
-/// The path of the `pipehub` binary built for this test run.
+use serde_json::Value;
+
+/// How long a hub may take to start and become ready.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The timeout of every request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The path of the `pipehub` binary, built once per test run. `PIPEHUB_BIN` overrides it.
 pub fn pipehub_bin() -> PathBuf {
-    // Cargo builds workspace binaries into the same target directory as this crate's tests.
-    let mut dir = std::env::current_exe().expect("the test binary knows its own path");
-    dir.pop();
-    if dir.ends_with("deps") {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("PIPEHUB_BIN") {
+            return PathBuf::from(bin);
+        }
+        // This crate does not depend on the hub crate's binary, so cargo does not build it
+        // for us; building it here is a no-op when it is up to date.
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "pipehub-hub", "--bin", "pipehub"]);
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
+        assert!(status.success(), "building pipehub failed");
+        let mut dir = std::env::current_exe().expect("the test binary knows its own path");
         dir.pop();
+        if dir.ends_with("deps") {
+            dir.pop();
+        }
+        dir.join(format!("pipehub{}", std::env::consts::EXE_SUFFIX))
+    })
+    .clone()
+}
+
+/// A running `pipehub serve`, killed on drop.
+pub struct Hub {
+    child: Option<Child>,
+    data: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    args: Vec<String>,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// What the hub wrote on standard error (its logs), collected in the background.
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Hub {
+    /// Starts a hub on a fresh data directory with extra `serve` flags.
+    pub fn start(args: &[&str]) -> Hub {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let data = tmp.path().join("data");
+        let mut hub = Hub::start_in(&data, args);
+        hub._tmp = Some(tmp);
+        hub
     }
-    dir.join(format!("pipehub{}", std::env::consts::EXE_SUFFIX))
+
+    /// Starts a hub on the given data directory (to restart on the same store).
+    pub fn start_in(data: &Path, args: &[&str]) -> Hub {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let mut hub = Hub {
+            child: None,
+            data: data.to_path_buf(),
+            _tmp: None,
+            args,
+            base: String::new(),
+            stderr: Default::default(),
+        };
+        hub.spawn();
+        hub
+    }
+
+    fn spawn(&mut self) {
+        let mut child = Command::new(pipehub_bin())
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0", "--data"])
+            .arg(&self.data)
+            .args(&self.args)
+            .env("PIPEHUB_LOG", "warn,hub=info")
+            .env_remove("PIPEHUB_SECRET")
+            .env_remove("PIPEHUB_REDIS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pipehub starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    let _ = tx.send(addr.to_string());
+                }
+            }
+        });
+        let log = self.stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut log) = log.lock() {
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+        self.child = Some(child);
+        let addr = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(addr) => addr,
+            Err(_) => panic!("the hub did not start; its log:\n{}", self.log()),
+        };
+        self.base = format!("http://{addr}");
+        let client = Client::new();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if client.get(&self.url("/readyz")).status == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the hub never became ready; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The full URL of a path on this hub.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The data directory.
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
+    /// The hub's log so far.
+    pub fn log(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// `kill -9`: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the hub again on the same data directory and flags (after a kill).
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// One HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    /// The body as JSON; panics with the body when it is not JSON (a test failure).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+
+    /// A header's value (names compared case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `error` code of a JSON error body.
+    pub fn error(&self) -> String {
+        self.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A blocking HTTP client with keep-alive.
+#[derive(Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client::new()
+    }
+}
+
+impl Client {
+    pub fn new() -> Client {
+        Client {
+            agent: ureq::AgentBuilder::new()
+                .timeout(REQUEST_TIMEOUT)
+                .max_idle_connections_per_host(64)
+                .build(),
+        }
+    }
+
+    /// Any request. `token` becomes `Authorization: Bearer`; `body` is sent with
+    /// `content_type` (default `application/json`).
+    pub fn send(
+        &self,
+        method: &str,
+        url: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Response {
+        let mut req = self.agent.request(method, url);
+        if let Some(token) = token {
+            req = req.set("Authorization", &format!("Bearer {token}"));
+        }
+        let result = match body {
+            Some(body) => req
+                .set("Content-Type", content_type.unwrap_or("application/json"))
+                .send_bytes(body),
+            None => req.call(),
+        };
+        let res = match result {
+            Ok(res) => res,
+            Err(ureq::Error::Status(_, res)) => res,
+            Err(err) => panic!("{method} {url}: {err}"),
+        };
+        let status = res.status();
+        let headers = res
+            .headers_names()
+            .into_iter()
+            .filter_map(|n| res.header(&n).map(|v| (n.clone(), v.to_string())))
+            .collect();
+        let body = res.into_string().unwrap_or_default();
+        Response {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub fn get(&self, url: &str) -> Response {
+        self.send("GET", url, None, None, None)
+    }
+
+    pub fn get_auth(&self, url: &str, token: &str) -> Response {
+        self.send("GET", url, Some(token), None, None)
+    }
+
+    /// POST a JSON value.
+    pub fn post(&self, url: &str, token: Option<&str>, body: &Value) -> Response {
+        let body = body.to_string();
+        self.send("POST", url, token, None, Some(body.as_bytes()))
+    }
+
+    /// POST raw bytes as JSON.
+    pub fn post_raw(&self, url: &str, token: Option<&str>, body: &[u8]) -> Response {
+        self.send("POST", url, token, None, Some(body))
+    }
+}
+
+/// A seated game created and paired through the API, both seats hub-held.
+#[derive(Debug, Clone)]
+pub struct Seated {
+    pub inbox: String,
+    pub game: String,
+    pub x: String,
+    pub o: String,
+}
+
+impl Seated {
+    /// Creates a game of `protocol` in `inbox` and pairs it.
+    pub fn new(hub: &Hub, client: &Client, inbox: &str, protocol: &str) -> Seated {
+        let created = client.post(
+            &hub.url(&format!("/v1/inboxes/{inbox}/games")),
+            None,
+            &serde_json::json!({ "protocol": protocol }),
+        );
+        assert_eq!(created.status, 201, "create: {}", created.body);
+        let created = created.json();
+        let paired = client.post(
+            &hub.url("/v1/pair"),
+            None,
+            &serde_json::json!({ "code": created["pairingCode"] }),
+        );
+        assert_eq!(paired.status, 200, "pair: {}", paired.body);
+        let str_of = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        Seated {
+            inbox: inbox.to_string(),
+            game: str_of(&created["game"]),
+            x: str_of(&created["token"]),
+            o: str_of(&paired.json()["token"]),
+        }
+    }
+
+    /// The path of this game under `/v1`, plus `rest`.
+    pub fn path(&self, rest: &str) -> String {
+        format!("/v1/inboxes/{}/games/{}{rest}", self.inbox, self.game)
+    }
+
+    /// The token of a seat ("X" or "O").
+    pub fn token(&self, seat: &str) -> &str {
+        if seat == "X" {
+            &self.x
+        } else {
+            &self.o
+        }
+    }
+}
+
+/// Runs `pipehub verify [args] FILE` on `input`; returns the exit code and standard output.
+pub fn verify(args: &[&str], input: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("log.jsonl");
+    std::fs::write(&file, input).expect("write the log");
+    let out = Command::new(pipehub_bin())
+        .arg("verify")
+        .args(args)
+        .arg(&file)
+        .output()
+        .expect("pipehub verify runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }

@@ -1,0 +1,393 @@
+//! End-to-end tests of `pipehub serve` over HTTP: each starts the real binary on a free
+//! port with its own data directory and talks to it as a client would.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use pipehub_tests::{verify, Client, Hub, Seated};
+use serde_json::{json, Value};
+
+const TTT: &str = "pipehub:tic-tac-toe";
+
+fn moves(hub: &Hub, c: &Client, g: &Seated, seat: &str, row: u64, col: u64) -> Value {
+    let res = c.post(
+        &hub.url(&g.path("/moves")),
+        Some(g.token(seat)),
+        &json!({"move": {"row": row, "col": col}}),
+    );
+    assert_eq!(res.status, 201, "{seat} ({row},{col}): {}", res.body);
+    res.json()
+}
+
+fn inbox_events(hub: &Hub, c: &Client, inbox: &str) -> Vec<Value> {
+    let res = c.get(&hub.url(&format!("/v1/inboxes/{inbox}/events?limit=1000")));
+    assert_eq!(res.status, 200, "{}", res.body);
+    res.json()["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_whole_conversation_ends_in_a_win_both_seats_see_and_verify_accepts() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = Seated::new(&hub, &c, "lobby", TTT);
+
+    // Both seats see the started game before any move.
+    let view = c.get_auth(&hub.url(&g.path("/view")), &g.o);
+    assert_eq!(view.status, 200, "{}", view.body);
+    assert_eq!(view.json()["phase"], "started");
+    assert_eq!(view.json()["seat"], "O");
+
+    moves(&hub, &c, &g, "X", 0, 0);
+    moves(&hub, &c, &g, "O", 1, 0);
+    moves(&hub, &c, &g, "X", 0, 1);
+    moves(&hub, &c, &g, "O", 1, 1);
+    let last = moves(&hub, &c, &g, "X", 0, 2);
+    assert_eq!(last["verdict"], "accepted");
+    assert_eq!(last["state"]["result"]["status"], "win");
+
+    for seat in ["X", "O"] {
+        let v = c.get_auth(&hub.url(&g.path("/view")), g.token(seat)).json();
+        assert_eq!(v["seat"], seat);
+        assert_eq!(
+            v["result"],
+            json!({"status": "win", "winner": "X", "by": "line"})
+        );
+        assert!(v["board"].as_str().is_some_and(|b| !b.is_empty()));
+    }
+    let spectator = c.get(&hub.url(&g.path(""))).json();
+    assert_eq!(spectator["result"]["winner"], "X");
+    assert_eq!(spectator["seq"], 5);
+
+    // A move after the end is refused by the referee, and the game is unchanged.
+    let late = c.post(
+        &hub.url(&g.path("/moves")),
+        Some(&g.o),
+        &json!({"move": {"row": 2, "col": 2}}),
+    );
+    assert_eq!(late.status, 422, "{}", late.body);
+    assert_eq!(late.error(), "after_end");
+
+    // The export is the accepted chain, which the independent verifier accepts.
+    let export = c.get(&hub.url(&g.path("/export")));
+    assert_eq!(export.status, 200);
+    assert_eq!(export.body.lines().count(), 6);
+    let (code, out) = verify(&[], &export.body);
+    assert_eq!(code, 0, "verify said: {out}");
+    assert!(out.contains("ok win X line"), "verify said: {out}");
+
+    // The listing finds the game.
+    let games = c.get(&hub.url("/v1/inboxes/lobby/games")).json();
+    assert!(games["items"]
+        .as_array()
+        .is_some_and(|items| items.iter().any(|i| i["game"] == g.game.as_str())));
+}
+
+fn start_event(game: &str) -> Value {
+    json!({"game": game, "seq": 0, "prevHash": "", "player": "X", "action": "start",
+           "protocol": TTT})
+}
+
+#[test]
+fn two_writers_racing_for_one_seq_get_one_acceptance_and_one_stale_seq() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/race/events");
+    let start = c.post(&url, None, &start_event("r1"));
+    assert_eq!(start.status, 201, "{}", start.body);
+    let head = start.json()["hash"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+
+    let barrier = Arc::new(Barrier::new(2));
+    let racers: Vec<_> = [0u64, 2]
+        .into_iter()
+        .map(|col| {
+            let (barrier, url, head) = (barrier.clone(), url.clone(), head.clone());
+            std::thread::spawn(move || {
+                let c = Client::new();
+                let ev = json!({"game": "r1", "seq": 1, "prevHash": head, "player": "X",
+                                "action": "move", "move": {"row": 0, "col": col}});
+                barrier.wait();
+                c.post(&url, None, &ev)
+            })
+        })
+        .collect();
+    let mut results: Vec<_> = racers
+        .into_iter()
+        .map(|t| t.join().expect("a racer"))
+        .collect();
+    results.sort_by_key(|r| r.status);
+    assert_eq!(results[0].status, 201, "{}", results[0].body);
+    assert_eq!(results[1].status, 422, "{}", results[1].body);
+    assert_eq!(results[1].error(), "stale_seq");
+    // The loser's capture is kept, with its verdict.
+    assert_eq!(inbox_events(&hub, &c, "race").len(), 3);
+
+    let export = c.get(&hub.url("/v1/inboxes/race/games/r1/export")).body;
+    assert_eq!(export.lines().count(), 2);
+    let (code, out) = verify(&[], &export);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn a_second_start_is_two_genesis() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/gen/events");
+    assert_eq!(c.post(&url, None, &start_event("g")).status, 201);
+    let again = c.post(&url, None, &start_event("g"));
+    assert_eq!(again.status, 422, "{}", again.body);
+    assert_eq!(again.error(), "two_genesis");
+    assert_eq!(again.json()["verdict"], "rejected");
+    assert_eq!(again.json()["state"]["seq"], 0);
+}
+
+#[test]
+fn a_third_party_cannot_resign_move_or_start_another_pairs_game() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = Seated::new(&hub, &c, "seats", TTT);
+    let other = Seated::new(&hub, &c, "seats", TTT);
+    let before = inbox_events(&hub, &c, "seats").len();
+
+    let resign = hub.url(&g.path("/resign"));
+    let no_token = c.send("POST", &resign, None, None, None);
+    assert_eq!(
+        (no_token.status, no_token.error().as_str()),
+        (401, "unauthorized")
+    );
+    let forged = c.send("POST", &resign, Some("not-a-token"), None, None);
+    assert_eq!(
+        (forged.status, forged.error().as_str()),
+        (401, "unauthorized")
+    );
+    let foreign = c.send("POST", &resign, Some(&other.x), None, None);
+    assert_eq!(
+        (foreign.status, foreign.error().as_str()),
+        (403, "forbidden")
+    );
+
+    // An anonymous event, or one with another game's token, never reaches the inbox.
+    let url = hub.url("/v1/inboxes/seats/events");
+    let resign_ev = json!({"game": g.game, "seq": 1, "prevHash": "0".repeat(64),
+                           "player": "O", "action": "resign"});
+    let anon = c.post(&url, None, &resign_ev);
+    // Without a token: 401 (missing), with another game's: 403.
+    assert_eq!(
+        (anon.status, anon.error().as_str()),
+        (401, "unauthorized"),
+        "{}",
+        anon.body
+    );
+    let cross = c.post(&url, Some(&other.o), &resign_ev);
+    assert_eq!(cross.status, 403, "{}", cross.body);
+    let restart = c.post(&url, Some(&other.x), &start_event(&g.game));
+    assert_eq!(restart.status, 403, "{}", restart.body);
+    let restart = c.post(&url, None, &start_event(&g.game));
+    assert_eq!(restart.status, 401, "{}", restart.body);
+    assert_eq!(inbox_events(&hub, &c, "seats").len(), before);
+
+    // The owner can.
+    let own = c.send("POST", &resign, Some(&g.o), None, None);
+    assert_eq!(own.status, 201, "{}", own.body);
+    assert_eq!(
+        own.json()["state"]["result"],
+        json!({"status": "win", "winner": "X", "by": "resign"})
+    );
+}
+
+#[test]
+fn the_rate_limit_refuses_with_retry_after_and_recovers() {
+    let hub = Hub::start(&["--rate-limit", "3/3"]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/rl/events");
+    for i in 0..3 {
+        let res = c.post(&url, None, &start_event(&format!("g{i}")));
+        assert_eq!(res.status, 201, "{}", res.body);
+    }
+    let limited = c.post(&url, None, &start_event("g3"));
+    assert_eq!(limited.status, 429, "{}", limited.body);
+    assert_eq!(limited.error(), "rate_limited");
+    let wait: u64 = limited
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After in whole seconds");
+    assert!((1..=3).contains(&wait), "Retry-After {wait}");
+    // What the limiter refused never reached the inbox.
+    assert_eq!(inbox_events(&hub, &c, "rl").len(), 3);
+    // Reads do not count.
+    assert_eq!(c.get(&hub.url("/v1/inboxes/rl/games")).status, 200);
+
+    std::thread::sleep(Duration::from_secs(wait));
+    let again = c.post(&url, None, &start_event("g3"));
+    assert_eq!(again.status, 201, "{}", again.body);
+    let metrics = c.get(&hub.url("/metrics")).body;
+    assert!(metrics.contains("pipehub_rate_limited_requests_total{limit=\"events\"} 1"));
+}
+
+#[test]
+fn kill_9_mid_game_loses_no_acknowledged_event_and_the_game_goes_on() {
+    let mut hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = Seated::new(&hub, &c, "crash", TTT);
+    moves(&hub, &c, &g, "X", 1, 1);
+    moves(&hub, &c, &g, "O", 0, 0);
+    let acked = moves(&hub, &c, &g, "X", 2, 0);
+    let head = acked["state"]["head"].clone();
+
+    hub.restart();
+
+    let state = c.get(&hub.url(&g.path(""))).json();
+    assert_eq!(state["seq"], 3, "{state}");
+    assert_eq!(state["head"], head);
+    // Tokens survive too, and the game continues to its end.
+    moves(&hub, &c, &g, "O", 0, 1);
+    let win = moves(&hub, &c, &g, "X", 0, 2);
+    assert_eq!(win["state"]["result"]["winner"], "X");
+    let export = c.get(&hub.url(&g.path("/export"))).body;
+    let (code, out) = verify(&[], &export);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ok win X line"), "{out}");
+}
+
+#[test]
+fn bad_input_gets_clear_json_errors_and_stores_nothing() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/bad/events");
+    let check = |res: pipehub_tests::Response, status: u16, code: &str| {
+        assert_eq!(res.status, status, "{}", res.body);
+        assert_eq!(res.error(), code, "{}", res.body);
+        assert!(res
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("application/json")));
+    };
+    check(c.post_raw(&url, None, b"{\"game\": "), 400, "bad_json");
+    check(c.post_raw(&url, None, b"[1,2]"), 400, "bad_json");
+    check(
+        c.post_raw(&url, None, br#"{"game":"a","game":"b"}"#),
+        400,
+        "duplicate_key",
+    );
+    check(
+        c.post_raw(
+            &url,
+            None,
+            br#"{"game":"a","seq":0.5,"prevHash":"","player":"X","action":"start"}"#,
+        ),
+        400,
+        "bad_number",
+    );
+    check(
+        c.post_raw(
+            &url,
+            None,
+            br#"{"game":"a","seq":0,"prevHash":"","player":"X","action":"start","extra":1}"#,
+        ),
+        400,
+        "schema",
+    );
+    let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
+    let nested = format!(
+        r#"{{"game":"a","seq":0,"prevHash":"","player":"X","action":"start","rules":{{"x":{deep}}}}}"#
+    );
+    check(c.post_raw(&url, None, nested.as_bytes()), 400, "bad_json");
+    let huge = vec![b' '; 64 * 1024];
+    check(c.post_raw(&url, None, &huge), 413, "too_large");
+    let event = start_event("ok").to_string();
+    check(
+        c.send(
+            "POST",
+            &url,
+            None,
+            Some("text/plain"),
+            Some(event.as_bytes()),
+        ),
+        415,
+        "unsupported_media_type",
+    );
+    check(c.get(&hub.url("/v1/nowhere")), 404, "not_found");
+    check(
+        c.get(&hub.url("/v1/inboxes/bad/games/x/moves")),
+        405,
+        "method_not_allowed",
+    );
+    check(
+        c.send("PUT", &url, None, None, Some(b"{}")),
+        405,
+        "method_not_allowed",
+    );
+    check(
+        c.get(&hub.url("/v1/inboxes/bad/events?limit=many")),
+        400,
+        "bad_request",
+    );
+    check(
+        c.post(&hub.url("/v1/pair"), None, &json!({"code": "ZZZZZZZZ"})),
+        404,
+        "not_found",
+    );
+    check(
+        c.post(
+            &hub.url("/v1/inboxes/bad/games"),
+            None,
+            &json!({"colour": "red"}),
+        ),
+        400,
+        "schema",
+    );
+    check(
+        c.send(
+            "POST",
+            &hub.url("/v1/inboxes/bad/games/x/resign"),
+            None,
+            None,
+            None,
+        ),
+        401,
+        "unauthorized",
+    );
+    assert!(inbox_events(&hub, &c, "bad").is_empty());
+    // The hub is fine afterwards.
+    assert_eq!(c.post(&url, None, &start_event("ok")).status, 201);
+}
+
+#[test]
+fn operators_get_metrics_health_and_an_openapi_document() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    assert_eq!(c.get(&hub.url("/healthz")).json()["status"], "ok");
+    assert_eq!(c.get(&hub.url("/readyz")).status, 200);
+    let doc = c.get(&hub.url("/v1/openapi.json")).json();
+    assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
+    assert!(doc["paths"]["/v1/inboxes/{inbox}/events"]["post"].is_object());
+    let protocols = c.get(&hub.url("/v1/protocols")).json();
+    assert!(protocols["items"].as_array().is_some_and(|ps| ps
+        .iter()
+        .any(|p| p["ref"] == TTT && p["protocolId"].is_string())));
+    let url = hub.url("/v1/inboxes/m/events");
+    assert_eq!(c.post(&url, None, &start_event("m1")).status, 201);
+    let metrics = c.get(&hub.url("/metrics")).body;
+    assert!(metrics.contains("process_resident_memory_bytes"));
+    assert!(metrics.contains("pipehub_events_total"), "{metrics}");
+    assert!(metrics.contains("pipehub_capture_to_verdict_seconds_count"));
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        assert!(
+            line.starts_with("pipehub_") || line.starts_with("process_"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn sigterm_stops_the_hub_cleanly_with_everything_acknowledged_kept() {
+    let mut hub = Hub::start(&[]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/term/events");
+    assert_eq!(c.post(&url, None, &start_event("t")).status, 201);
+    assert_eq!(hub.terminate(), Some(0), "{}", hub.log());
+    hub.restart();
+    let state = c.get(&hub.url("/v1/inboxes/term/games/t")).json();
+    assert_eq!(state["seq"], 0, "{state}");
+}
