@@ -282,3 +282,16 @@ fn renders_a_score_line() {
         json!([{"X": "rock", "O": "scissors", "winner": "X"}])
     );
 }
+
+#[test]
+fn a_custodian_adds_the_own_pending_choice() {
+    let mut b = board(json!({}));
+    b.apply(Seat::X, &commit("paper", NX)).expect("legal");
+    let own = b
+        .view(games::Viewer::Seat(Seat::X))
+        .with_pending_choice("paper");
+    let own = serde_json::to_value(own).expect("json");
+    assert_eq!(own["pendingChoice"], "paper");
+    let other = serde_json::to_value(b.view(games::Viewer::Seat(Seat::O))).expect("json");
+    assert!(other.get("pendingChoice").is_none());
+}

@@ -83,6 +83,18 @@ impl GameResult {
 #[serde(transparent)]
 pub struct View(pub Value);
 
+impl View {
+    /// Adds `pendingChoice` to a seat's *own* view: the choice its custodian holds or has
+    /// committed for it (rock-paper-scissors). The board never knows an unrevealed choice,
+    /// so only the custodian can add it, and only to the view it sends to that seat.
+    pub fn with_pending_choice(mut self, choice: &str) -> View {
+        if let Value::Object(map) = &mut self.0 {
+            map.insert("pendingChoice".to_string(), Value::from(choice));
+        }
+        self
+    }
+}
+
 /// A move the protocol refuses; `detail` is the wire detail of `illegal_move`
 /// (`bad_move`, `occupied`, `out_of_bounds`, `column_full`, `commit_mismatch`, `phase`, …).
 #[derive(Clone, Debug, PartialEq, Eq)]
