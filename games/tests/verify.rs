@@ -348,3 +348,80 @@ fn report_strict_and_inbox() {
     );
     assert_eq!(entries[0].rejected.len(), 1);
 }
+
+/// The README's example log: three interleaved tic-tac-toe games (one won, one signed and
+/// drawn, one in progress with a writer that lost a race). It is generated here, never
+/// written by hand; `PIPEHUB_BLESS=1 cargo test -p pipehub-games --test verify` rewrites it.
+fn example_log() -> String {
+    let cell = |r: u64, c: u64| json!({"row": r, "col": c});
+    let mut won = Writer::unsigned("demo-won");
+    let mut drawn = Writer::signed("demo-signed", "pipehub-example");
+    let mut raced = Writer::unsigned("demo-race");
+    let mut log = vec![
+        won.start(Some("pipehub:tic-tac-toe"), json!({})),
+        drawn.start(Some("pipehub:tic-tac-toe"), json!({"rows": 3, "cols": 3})),
+        won.play(cell(1, 1)),
+        raced.start(None, json!({})),
+    ];
+    let draw = [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 1),
+        (1, 0),
+        (1, 2),
+        (2, 1),
+        (2, 0),
+    ];
+    for (i, &(r, c)) in draw.iter().enumerate() {
+        log.push(drawn.play(cell(r, c)));
+        if i < 3 {
+            let mv = [(0, 1), (0, 0), (0, 2)][i];
+            log.push(won.play(cell(mv.0, mv.1)));
+        }
+    }
+    log.push(won.play_claiming(cell(2, 2), Status::Win));
+    log.push(drawn.play_claiming(cell(2, 2), Status::Draw));
+    let first = raced.play(cell(0, 0));
+    let mut late = first.clone();
+    late.mv = Some(cell(2, 2)); // the same seq, written by a writer that lost the race
+    log.extend([first, late, raced.play(cell(1, 1))]);
+    lines(&log)
+}
+
+#[test]
+fn example_log_is_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/tic-tac-toe.jsonl");
+    let log = example_log();
+    if std::env::var_os("PIPEHUB_BLESS").is_some() {
+        std::fs::write(path, &log).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+    assert_eq!(
+        on_disk, log,
+        "examples/tic-tac-toe.jsonl is stale: rerun with PIPEHUB_BLESS=1"
+    );
+    let registry = Registry::builtin();
+    let plain = |mode| -> Vec<String> {
+        verify_log(log.as_bytes(), mode, &registry)
+            .iter()
+            .map(|e| e.to_plain())
+            .collect()
+    };
+    assert_eq!(
+        plain(Mode::Strict),
+        [
+            "demo-won ok win X line",
+            "demo-signed ok draw",
+            "demo-race invalid line=19 seq=1 reason=stale_seq"
+        ]
+    );
+    assert_eq!(
+        plain(Mode::Inbox),
+        [
+            "demo-won ok win X line",
+            "demo-signed ok draw",
+            "demo-race ok in_progress"
+        ]
+    );
+}
