@@ -1,0 +1,63 @@
+//! `GET /v1/ws`: the upgrade from HTTP to a relay session.
+//!
+//! [`Relay`] is what every worker shares: the [`Games`] service and the [`Rooms`].
+//! [`configure`] mounts the route in any actix-web app, so the hub's HTTP app gains the
+//! relay with one call. A request that is not a WebSocket upgrade, or another method,
+//! is answered in the same JSON error shape as the rest of the API.
+//!
+//! The endpoint does nothing but the handshake; everything after it is the session's.
+
+use std::sync::Arc;
+
+use actix_web::{http::header, web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+use crate::rooms::Rooms;
+use crate::service::Games;
+use crate::session;
+
+/// The relay as the HTTP app holds it. Cheap to clone.
+#[derive(Clone)]
+pub struct Relay {
+    pub(crate) games: Arc<dyn Games>,
+    pub(crate) rooms: Rooms,
+}
+
+impl Relay {
+    pub fn new(games: Arc<dyn Games>, rooms: Rooms) -> Relay {
+        Relay { games, rooms }
+    }
+
+    pub fn rooms(&self) -> &Rooms {
+        &self.rooms
+    }
+}
+
+/// The route of the relay, for `App::configure`.
+pub fn configure(relay: Relay) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        cfg.app_data(web::Data::new(relay)).service(
+            web::resource("/v1/ws")
+                .route(web::get().to(ws))
+                .default_service(web::to(|| async {
+                    HttpResponse::MethodNotAllowed()
+                        .insert_header((header::ALLOW, "GET"))
+                        .json(json!({"error": "method_not_allowed", "detail": "allowed: GET"}))
+                })),
+        );
+    }
+}
+
+/// The handler of `GET /v1/ws`: completes the handshake and starts the session.
+pub async fn ws(req: HttpRequest, body: web::Payload, relay: web::Data<Relay>) -> HttpResponse {
+    match actix_ws::handle(&req, body) {
+        Ok((response, socket, stream)) => {
+            actix_web::rt::spawn(session::run(relay.get_ref().clone(), socket, stream));
+            response
+        }
+        Err(e) => HttpResponse::BadRequest().json(json!({
+            "error": "bad_request",
+            "detail": format!("this route speaks WebSocket only: {e}"),
+        })),
+    }
+}

@@ -1,0 +1,264 @@
+//! Rooms: who watches which game, and the fan-out of each publication to them.
+//!
+//! A room is keyed by (inbox, game) and exists while at least one socket watches the game.
+//! The hub's actor for the game publishes each accepted event (and each phase change, such
+//! as O pairing) once, as a [`Delivery`] holding the three finished frames (X's, O's and
+//! the spectator's view); the room hands the same `Arc` to every subscriber, each of which
+//! picks its own viewer's frame. Nothing is serialized or copied per socket.
+//!
+//! Every subscriber has a bounded queue ([`ROOM_QUEUE`]). Publishing never waits: a
+//! subscriber whose queue is full is removed from the room on the spot, and its session,
+//! seeing its queue closed, drops the connection. A slow or dead client thus costs its own
+//! connection and never delays the actor, the room, or anyone else's game.
+//!
+//! What rooms do not do: keep history (a subscriber asks the service for the current state
+//! when it joins) or decide who may watch (the session checked the seat before joining).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use games::Seat;
+use tokio::sync::mpsc;
+
+use crate::wire::client_out::StateFrame;
+
+/// How many publications a subscriber may have waiting before it is dropped as too slow.
+pub const ROOM_QUEUE: usize = 32;
+
+/// The three views of a game at one moment, each a finished frame.
+#[derive(Clone, Debug)]
+pub struct Views {
+    pub x: StateFrame,
+    pub o: StateFrame,
+    pub spectator: StateFrame,
+}
+
+impl Views {
+    pub fn for_seat(&self, seat: Option<Seat>) -> &StateFrame {
+        match seat {
+            Some(Seat::X) => &self.x,
+            Some(Seat::O) => &self.o,
+            None => &self.spectator,
+        }
+    }
+}
+
+/// Why a publication happened, so a session can recognise its own seat's moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// An event was accepted; `seat` is the seat that posted it, if any.
+    Accepted { seat: Option<Seat> },
+    /// A phase change without an event (O paired).
+    Phase,
+}
+
+/// One publication of a game, shared by every subscriber.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub cause: Cause,
+    pub views: Views,
+}
+
+type Key = (Box<str>, Box<str>);
+
+struct Subscriber {
+    id: u64,
+    tx: mpsc::Sender<Arc<Delivery>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    rooms: DashMap<Key, Vec<Subscriber>>,
+    next_id: AtomicU64,
+}
+
+/// Every room of this relay. Cheap to clone; every clone is the same rooms.
+#[derive(Clone, Default)]
+pub struct Rooms {
+    inner: Arc<Inner>,
+}
+
+fn key(inbox: &str, game: &str) -> Key {
+    (inbox.into(), game.into())
+}
+
+impl Rooms {
+    pub fn new() -> Rooms {
+        Rooms::default()
+    }
+
+    /// Joins a game's room from now on. Leaving is dropping the [`Subscription`].
+    pub fn subscribe(&self, inbox: &str, game: &str) -> Subscription {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(ROOM_QUEUE);
+        self.inner
+            .rooms
+            .entry(key(inbox, game))
+            .or_default()
+            .push(Subscriber { id, tx });
+        Subscription {
+            rooms: self.clone(),
+            key: key(inbox, game),
+            id,
+            rx,
+        }
+    }
+
+    /// True when someone watches the game, so a publisher can skip encoding views nobody
+    /// would read.
+    pub fn is_watched(&self, inbox: &str, game: &str) -> bool {
+        self.inner.rooms.contains_key(&key(inbox, game))
+    }
+
+    /// Hands a publication to every subscriber of the game without waiting, dropping those
+    /// whose queue is full. Returns how many received it.
+    pub fn publish(&self, inbox: &str, game: &str, delivery: Delivery) -> usize {
+        let key = key(inbox, game);
+        let delivery = Arc::new(delivery);
+        let mut dropped = Vec::new();
+        let mut delivered = 0;
+        if let Some(room) = self.inner.rooms.get(&key) {
+            for sub in room.iter() {
+                match sub.tx.try_send(delivery.clone()) {
+                    Ok(()) => delivered += 1,
+                    Err(_) => dropped.push(sub.id),
+                }
+            }
+        }
+        // The read guard is gone here; taking the write lock under it would deadlock.
+        if !dropped.is_empty() {
+            self.remove(&key, |sub| dropped.contains(&sub.id));
+        }
+        delivered
+    }
+
+    /// How many games have a room.
+    pub fn len(&self) -> usize {
+        self.inner.rooms.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.rooms.is_empty()
+    }
+
+    fn remove(&self, key: &Key, gone: impl Fn(&Subscriber) -> bool) {
+        if let Some(mut room) = self.inner.rooms.get_mut(key) {
+            room.retain(|sub| !gone(sub));
+        }
+        self.inner.rooms.remove_if(key, |_, room| room.is_empty());
+    }
+}
+
+/// A seat in a room: publications arrive on [`Subscription::recv`]; dropping it leaves.
+pub struct Subscription {
+    rooms: Rooms,
+    key: Key,
+    id: u64,
+    rx: mpsc::Receiver<Arc<Delivery>>,
+}
+
+impl Subscription {
+    /// The next publication, or `None` once the room dropped this subscriber as too slow.
+    pub async fn recv(&mut self) -> Option<Arc<Delivery>> {
+        self.rx.recv().await
+    }
+
+    /// The (inbox, game) this subscription watches.
+    pub fn game(&self) -> (&str, &str) {
+        (&self.key.0, &self.key.1)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.rooms.remove(&self.key, |sub| sub.id == id);
+    }
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("inbox", &self.key.0)
+            .field("game", &self.key.1)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn delivery(seq: u64) -> Delivery {
+        let frame = |who: &str| {
+            StateFrame::encode(Some(seq), &json!({"seq": seq, "who": who})).expect("an object")
+        };
+        Delivery {
+            cause: Cause::Accepted {
+                seat: Some(Seat::X),
+            },
+            views: Views {
+                x: frame("X"),
+                o: frame("O"),
+                spectator: frame("spectator"),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_publication_reaches_every_subscriber_of_its_game_only() {
+        let rooms = Rooms::new();
+        let mut a = rooms.subscribe("i", "g");
+        let mut b = rooms.subscribe("i", "g");
+        let mut other = rooms.subscribe("i", "h");
+        assert!(rooms.is_watched("i", "g"));
+        assert!(!rooms.is_watched("j", "g"));
+        assert_eq!(rooms.publish("i", "g", delivery(1)), 2);
+        for sub in [&mut a, &mut b] {
+            let got = sub.recv().await.expect("a delivery");
+            assert_eq!(got.views.for_seat(Some(Seat::O)).seq(), Some(1));
+        }
+        assert!(other.rx.try_recv().is_err());
+        // Both subscribers share one delivery: nothing was copied per socket.
+        rooms.publish("i", "g", delivery(2));
+        let (x, y) = (a.recv().await, b.recv().await);
+        assert!(Arc::ptr_eq(
+            &x.expect("a delivery"),
+            &y.expect("a delivery")
+        ));
+    }
+
+    #[tokio::test]
+    async fn leaving_the_last_seat_removes_the_room() {
+        let rooms = Rooms::new();
+        let a = rooms.subscribe("i", "g");
+        let b = rooms.subscribe("i", "g");
+        drop(a);
+        assert_eq!(rooms.len(), 1);
+        drop(b);
+        assert!(rooms.is_empty());
+        assert_eq!(rooms.publish("i", "g", delivery(1)), 0);
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_does_not_keep_up_is_dropped_without_delaying_others() {
+        let rooms = Rooms::new();
+        let mut slow = rooms.subscribe("i", "g");
+        let mut quick = rooms.subscribe("i", "g");
+        for seq in 0..(ROOM_QUEUE as u64 + 5) {
+            rooms.publish("i", "g", delivery(seq));
+            assert!(quick.recv().await.is_some());
+        }
+        // The slow one got its queue's worth, then its queue was closed.
+        let mut got = 0;
+        while slow.recv().await.is_some() {
+            got += 1;
+        }
+        assert_eq!(got, ROOM_QUEUE);
+        assert_eq!(rooms.publish("i", "g", delivery(99)), 1);
+        assert!(quick.recv().await.is_some());
+    }
+}

@@ -1,0 +1,91 @@
+//! What the relay needs of games, stated as a trait the hub implements.
+//!
+//! The relay cannot depend on the hub (the hub depends on the relay), so it says here, in
+//! its own terms, the five things a socket may ask: open a seat by token, read one viewer's
+//! state, play a move, resign, and (for the connection gauge) note a socket opening or
+//! closing. Every state crosses this boundary already redacted for its viewer and already
+//! serialized ([`StateFrame`]), so the relay copies bytes, never views.
+//!
+//! The service, not the relay, charges the per-person rate limit on `play` and `resign`:
+//! the budget is shared with HTTP, and the hub owns it. What the limiter refuses comes back
+//! as a [`Failure`] with the code `rate_limited`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use games::Seat;
+use serde_json::Value;
+
+use crate::wire::client_out::StateFrame;
+
+/// The seat a token opens. The relay keeps it for as long as the socket acts for that seat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeatRef {
+    pub inbox: Arc<str>,
+    pub game: Arc<str>,
+    pub seat: Seat,
+    /// The key under which the service counts this person's events (a digest of the token;
+    /// the token itself is not kept).
+    pub person: [u8; 32],
+}
+
+/// Why the service refused a request without a referee's verdict: a wire error code
+/// (`unauthorized`, `forbidden`, `not_found`, `not_started`, `rate_limited`, …) and a
+/// human detail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub error: String,
+    pub detail: Option<String>,
+}
+
+impl Failure {
+    pub fn new(error: impl Into<String>, detail: impl Into<String>) -> Failure {
+        Failure {
+            error: error.into(),
+            detail: Some(detail.into()),
+        }
+    }
+}
+
+/// What became of a move or a resign that reached the referee.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Accepted; the mover's view afterwards.
+    Accepted(StateFrame),
+    /// A rock-paper-scissors choice held until its seat's commit turn; the mover's view,
+    /// which shows the held choice.
+    Held(StateFrame),
+    /// Refused by the referee (the capture is kept); the reason and the true state.
+    Rejected {
+        error: String,
+        detail: Option<String>,
+        state: StateFrame,
+    },
+    /// No verdict in time (a shard changing owner); the state follows through the room.
+    Pending,
+}
+
+/// The games a relay plays and shows. Implemented by the hub on its facade.
+#[async_trait]
+pub trait Games: Send + Sync + 'static {
+    /// The seat a bearer token opens, or `None` for an unknown token.
+    async fn open_seat(&self, token: &str) -> Option<SeatRef>;
+
+    /// One viewer's current state of a game (`seat` `None`: the spectator view).
+    async fn state(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Option<Seat>,
+    ) -> Result<StateFrame, Failure>;
+
+    /// Plays `mv` (the protocol's move payload; rock-paper-scissors: `{"choice"}`) for the
+    /// seat, charging the person's rate limit first.
+    async fn play(&self, seat: &SeatRef, mv: Value) -> Result<Outcome, Failure>;
+
+    /// Resigns for the seat, charging the person's rate limit first.
+    async fn resign(&self, seat: &SeatRef) -> Result<Outcome, Failure>;
+
+    /// A socket opened (`true`) or closed (`false`).
+    fn connection(&self, _opened: bool) {}
+}
