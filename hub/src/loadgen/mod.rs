@@ -143,6 +143,17 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         Instant::now() + Duration::from_secs(30) + Duration::from_millis(20) * config.games as u32;
     while shared.seated.load(Ordering::Relaxed) < config.games && Instant::now() < setup_limit {
         tokio::time::sleep(Duration::from_millis(50)).await;
+        // Every table failed three times and none got a game: the hub cannot be driven
+        // (no relay, a wrong URL); say why now rather than after the setup limit.
+        let failures = Stats::get(&shared.stats.errors) as usize;
+        if shared.seated.load(Ordering::Relaxed) == 0 && failures >= 3 * config.games {
+            let _ = control.send(Control::Release);
+            tables.abort_all();
+            return Err(LoadgenError::Unreachable {
+                hub: config.hub.clone(),
+                detail: shared.stats.first_error().unwrap_or_default(),
+            });
+        }
     }
     let seated = shared.seated.load(Ordering::Relaxed);
 

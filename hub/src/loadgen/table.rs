@@ -83,9 +83,8 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
     let mut counted_ready = false;
     let mut next_ref = 0u64;
     while !control.borrow().stopped() {
-        let Some(seated) = seat(&shared, &control).await else {
-            break;
-        };
+        // Sockets first: a game seated for sockets that cannot open would stay open on
+        // the hub and count against its open-games cap.
         let mut socks = match sockets.take() {
             Some(s) => s,
             None => match connect_pair(&shared).await {
@@ -96,6 +95,10 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
                     continue;
                 }
             },
+        };
+        let Some(seated) = seat(&shared, &control).await else {
+            sockets = Some(socks);
+            break;
         };
         let hellos = [wire::hello(&seated.token_x), wire::hello(&seated.token_o)];
         if let Err(e) = send_both(&mut socks, &hellos).await {
