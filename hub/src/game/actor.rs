@@ -220,13 +220,7 @@ impl GameActor {
             self.writing = None;
             self.write_failures += 1;
         }
-        let inbox = self.engine.inbox.clone();
         let capture = record.capture;
-        actix::spawn(async move {
-            if let Err(e) = inbox.put_verdict(capture, stored).await {
-                tracing::warn!(%capture, error = %e, "verdict not recorded");
-            }
-        });
         let views = self.views().map(Arc::new);
         if let (ChainVerdict::Accepted { hash }, Some(views)) = (&verdict, &views) {
             self.publish(
@@ -237,15 +231,21 @@ impl GameActor {
                 views.clone(),
             );
         }
-        self.engine.waiters.resolve(
-            capture,
-            Outcome {
-                verdict: verdict_kind,
-                hash,
-                refusal,
-                views,
-            },
-        );
+        let outcome = Outcome {
+            verdict: verdict_kind,
+            hash,
+            refusal,
+            views,
+        };
+        // The poster hears its verdict only once it is recorded, so a read of the capture
+        // right after the answer agrees with it. The actor does not wait for the store.
+        let engine = self.engine.clone();
+        actix::spawn(async move {
+            if let Err(e) = engine.inbox.put_verdict(capture, stored).await {
+                tracing::warn!(%capture, error = %e, "verdict not recorded");
+            }
+            engine.waiters.resolve(capture, outcome);
+        });
         self.write_owed(ctx);
     }
 

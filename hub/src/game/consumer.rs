@@ -16,20 +16,26 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::engine::Engine;
+use crate::inbox::StoreError;
 
 /// Records read from a shard per batch.
 const BATCH: usize = 512;
 
-/// Runs one shard's consumer until `stop` turns true.
-pub async fn run(engine: Arc<Engine>, shard: u32, mut stop: watch::Receiver<bool>) {
-    let mut durable = match engine.inbox.watch_shard(shard) {
-        Ok(rx) => rx,
-        Err(e) => {
-            tracing::error!(shard, error = %e, "shard consumer cannot start");
-            return;
-        }
-    };
-    let mut next = *durable.borrow() + 1;
+/// Where a shard's consumer starts: just past the records durable now. Read before the
+/// hub takes any post, so that no record appended after opening is left behind.
+pub fn start(engine: &Engine, shard: u32) -> Result<(watch::Receiver<u64>, u64), StoreError> {
+    let durable = engine.inbox.watch_shard(shard)?;
+    let next = *durable.borrow() + 1;
+    Ok((durable, next))
+}
+
+/// Runs one shard's consumer from `next` until `stop` turns true.
+pub async fn run(
+    engine: Arc<Engine>,
+    shard: u32,
+    (mut durable, mut next): (watch::Receiver<u64>, u64),
+    mut stop: watch::Receiver<bool>,
+) {
     let label = shard.to_string();
     let backlog = engine.metrics.consumer_backlog.with_label_values(&[&label]);
     loop {

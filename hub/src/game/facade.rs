@@ -70,9 +70,11 @@ impl Hub {
         let (stop, stop_rx) = watch::channel(false);
         let mut consumers = Vec::new();
         for shard in 0..shards {
+            let from = super::consumer::start(&engine, shard)?;
             consumers.push(tokio::spawn(super::consumer::run(
                 engine.clone(),
                 shard,
+                from,
                 stop_rx.clone(),
             )));
         }
@@ -81,7 +83,7 @@ impl Hub {
         consumers.push(tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(10)) => sweeper.waiters.sweep(),
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => sweeper.waiters.sweep(super::waiters::DONE_TTL),
                     _ = sweep_stop.changed() => return,
                 }
             }
@@ -479,6 +481,16 @@ impl Hub {
             out.push('\n');
         }
         Ok(out)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn engine_open_games(&self, person: &str) -> u64 {
+        self.engine.seats.open_games(person)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn seat_for_token_count(&self) -> usize {
+        self.engine.seats.token_count()
     }
 
     // ---- helpers ----

@@ -22,6 +22,10 @@ mod error;
 mod facade;
 pub mod seats;
 pub mod state;
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
 mod types;
 mod waiters;
 pub mod writer;

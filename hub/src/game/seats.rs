@@ -238,6 +238,11 @@ impl Seats {
         self.tokens.get(&hash).map(|s| s.clone())
     }
 
+    #[cfg(test)]
+    pub fn token_count(&self) -> usize {
+        self.tokens.len()
+    }
+
     /// The registration of a reserved game.
     pub fn registration(&self, inbox: &str, game: &str) -> Option<Registration> {
         self.games

@@ -17,7 +17,6 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use games::reason::Refusal;
 use tokio::sync::oneshot;
-// tokio's clock, so that tests can pause time and watch outcomes age.
 use tokio::time::Instant;
 
 use super::types::Verdict;
@@ -94,10 +93,10 @@ impl Waiters {
         }
     }
 
-    /// Drops outcomes nobody picked up within [`DONE_TTL`].
-    pub fn sweep(&self) {
+    /// Drops outcomes nobody picked up within `ttl` ([`DONE_TTL`] in the hub).
+    pub fn sweep(&self, ttl: Duration) {
         self.slots.retain(|_, s| match s {
-            Slot::Done(_, at) => at.elapsed() < DONE_TTL,
+            Slot::Done(_, at) => at.elapsed() < ttl,
             Slot::Waiting(tx) => !tx.is_closed(),
         });
     }
@@ -151,21 +150,21 @@ mod tests {
         assert!(w.is_empty());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn no_verdict_in_time_is_none_and_leaves_nothing() {
         let w = Waiters::default();
-        assert!(w.wait(C, Duration::from_secs(5)).await.is_none());
+        assert!(w.wait(C, Duration::from_millis(20)).await.is_none());
         assert!(w.is_empty());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn unclaimed_outcomes_are_swept() {
         let w = Waiters::default();
         w.resolve(C, outcome(Verdict::Accepted));
-        w.sweep();
+        w.sweep(DONE_TTL);
         assert_eq!(w.len(), 1, "a fresh outcome survives a sweep");
-        tokio::time::advance(DONE_TTL + Duration::from_secs(1)).await;
-        w.sweep();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        w.sweep(Duration::from_millis(1));
         assert!(w.is_empty());
         assert!(w.wait(C, Duration::from_millis(1)).await.is_none());
     }

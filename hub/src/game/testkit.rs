@@ -1,0 +1,235 @@
+//! Test-only stores: an in-memory [`Inbox`] and [`Meta`] with the semantics the engine
+//! relies on (durable on return, records in shard order, a high-water watch per shard), so
+//! the engine's tests run without a disk and without waiting for fsync.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use games::Seat;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::inbox::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, StoredVerdict};
+use crate::meta::Meta;
+
+pub struct MemInbox {
+    shards: Vec<Mutex<Vec<Record>>>,
+    marks: Vec<watch::Sender<u64>>,
+    verdicts: Mutex<HashMap<Capture, StoredVerdict>>,
+}
+
+impl MemInbox {
+    pub fn new(shards: u32) -> Arc<MemInbox> {
+        Arc::new(MemInbox {
+            shards: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            marks: (0..shards).map(|_| watch::channel(0).0).collect(),
+            verdicts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn all(&self) -> Vec<Record> {
+        let mut all: Vec<Record> = self.shards.iter().flat_map(|s| s.lock().clone()).collect();
+        all.sort_by_key(|r| (r.at_ms, r.capture));
+        all
+    }
+}
+
+#[async_trait]
+impl Inbox for MemInbox {
+    fn shards(&self) -> u32 {
+        self.shards.len() as u32
+    }
+
+    async fn append(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Option<Seat>,
+        raw: Bytes,
+    ) -> Result<Capture, StoreError> {
+        let shard = self.shard_of(inbox, game);
+        let capture = {
+            let mut records = self.shards[shard as usize].lock();
+            let capture = Capture {
+                shard,
+                pos: records.len() as u64 + 1,
+            };
+            records.push(Record {
+                capture,
+                inbox: inbox.to_string(),
+                game: game.to_string(),
+                seat,
+                raw,
+                at_ms: super::seats::now_ms(),
+            });
+            capture
+        };
+        self.marks[shard as usize].send_replace(capture.pos);
+        Ok(capture)
+    }
+
+    async fn read_shard(
+        &self,
+        shard: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let records = self
+            .shards
+            .get(shard as usize)
+            .ok_or(StoreError::NoShard(shard))?;
+        let records = records.lock();
+        let start = (from.max(1) - 1) as usize;
+        Ok(records.iter().skip(start).take(max).cloned().collect())
+    }
+
+    fn watch_shard(&self, shard: u32) -> Result<watch::Receiver<u64>, StoreError> {
+        self.marks
+            .get(shard as usize)
+            .map(|s| s.subscribe())
+            .ok_or(StoreError::NoShard(shard))
+    }
+
+    async fn game_records(&self, inbox: &str, game: &str) -> Result<Vec<Record>, StoreError> {
+        let shard = self.shard_of(inbox, game) as usize;
+        Ok(self.shards[shard]
+            .lock()
+            .iter()
+            .filter(|r| r.inbox == inbox && r.game == game)
+            .cloned()
+            .collect())
+    }
+
+    async fn list(
+        &self,
+        inbox: &str,
+        game: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let skip = match after {
+            None => 0,
+            Some(a) => a.parse::<usize>().map_err(|_| StoreError::BadCursor)?,
+        };
+        let verdicts = self.verdicts.lock();
+        let matching: Vec<Listed> = self
+            .all()
+            .into_iter()
+            .filter(|r| r.inbox == inbox && game.is_none_or(|g| r.game == g))
+            .map(|r| {
+                let v = verdicts.get(&r.capture).cloned();
+                (r, v)
+            })
+            .collect();
+        let items: Vec<Listed> = matching.iter().skip(skip).take(limit).cloned().collect();
+        let next = (skip + items.len() < matching.len()).then(|| (skip + items.len()).to_string());
+        Ok(Page { items, next })
+    }
+
+    async fn games(&self, inbox: &str, limit: usize) -> Result<Vec<GameEntry>, StoreError> {
+        let mut games: Vec<GameEntry> = Vec::new();
+        for r in self.all().into_iter().filter(|r| r.inbox == inbox) {
+            match games.iter_mut().find(|g| g.game == r.game) {
+                Some(g) => g.captures += 1,
+                None => games.push(GameEntry {
+                    game: r.game.clone(),
+                    first: r.capture,
+                    captures: 1,
+                }),
+            }
+        }
+        games.reverse();
+        games.truncate(limit);
+        Ok(games)
+    }
+
+    async fn get(&self, inbox: &str, capture: Capture) -> Result<Option<Listed>, StoreError> {
+        let Some(records) = self.shards.get(capture.shard as usize) else {
+            return Ok(None);
+        };
+        let record = records
+            .lock()
+            .get((capture.pos.max(1) - 1) as usize)
+            .filter(|r| r.inbox == inbox && r.capture == capture)
+            .cloned();
+        Ok(record.map(|r| {
+            let v = self.verdicts.lock().get(&capture).cloned();
+            (r, v)
+        }))
+    }
+
+    async fn put_verdict(
+        &self,
+        capture: Capture,
+        verdict: StoredVerdict,
+    ) -> Result<(), StoreError> {
+        self.verdicts.lock().insert(capture, verdict);
+        Ok(())
+    }
+
+    async fn verdict(&self, capture: Capture) -> Result<Option<StoredVerdict>, StoreError> {
+        Ok(self.verdicts.lock().get(&capture).cloned())
+    }
+
+    async fn count(&self, inbox: &str, game: &str) -> Result<u64, StoreError> {
+        Ok(self.game_records(inbox, game).await?.len() as u64)
+    }
+
+    async fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn ready(&self) -> bool {
+        true
+    }
+}
+
+#[derive(Default)]
+pub struct MemMeta {
+    map: Mutex<BTreeMap<String, Bytes>>,
+}
+
+#[async_trait]
+impl Meta for MemMeta {
+    async fn put(&self, key: &str, value: Bytes) -> Result<(), StoreError> {
+        self.map.lock().insert(key.to_string(), value);
+        Ok(())
+    }
+
+    async fn insert_new(&self, key: &str, value: Bytes) -> Result<bool, StoreError> {
+        let mut map = self.map.lock();
+        if map.contains_key(key) {
+            return Ok(false);
+        }
+        map.insert(key.to_string(), value);
+        Ok(true)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.map.lock().get(key).cloned())
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.map.lock().remove(key).is_some())
+    }
+
+    async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.map.lock().remove(key))
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError> {
+        Ok(self
+            .map
+            .lock()
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn ready(&self) -> bool {
+        true
+    }
+}
