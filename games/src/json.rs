@@ -42,7 +42,7 @@ pub fn parse_with_limit(raw: &[u8], limit: usize) -> Result<Value, Refusal> {
     if raw.len() > limit {
         return Err(Refusal::new(Reason::TooLarge));
     }
-    let text = std::str::from_utf8(raw).map_err(|_| Refusal::with(Reason::BadJson, "utf8"))?;
+    let text = std::str::from_utf8(raw).map_err(|_| Refusal::new(Reason::BadJson))?;
     let mut p = Parser {
         s: text.as_bytes(),
         text,
@@ -66,9 +66,9 @@ pub fn parse_object(raw: &[u8], limit: usize) -> Result<Map<String, Value>, Refu
     // syntactically valid non-object is bad_json whatever flags its contents raised.
     match parse_with_limit(raw, limit) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Refusal::with(Reason::BadJson, "not_object")),
+        Ok(_) => Err(Refusal::new(Reason::BadJson)),
         Err(r) if r.reason > Reason::BadJson && !starts_with_object(raw) => {
-            Err(Refusal::with(Reason::BadJson, "not_object"))
+            Err(Refusal::new(Reason::BadJson))
         }
         Err(r) => Err(r),
     }

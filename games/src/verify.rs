@@ -158,7 +158,8 @@ impl GameChain {
         if e.action != Action::Start {
             return Err(Reason::NoStart.into());
         }
-        let bad_start = |what: &str| Err(Refusal::with(Reason::BadStart, what));
+        // Which field was wrong is not part of the wire: section 2 defines no detail here.
+        let bad_start = |_field: &str| Err(Refusal::new(Reason::BadStart));
         if e.seq != 0 {
             return bad_start("seq");
         }

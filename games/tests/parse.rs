@@ -142,11 +142,11 @@ fn schema_rules() {
         ),
         (move_with(r#""move":{"#, r#""rules":{},"move":{"#), "rules"),
     ];
-    for (input, detail) in cases {
+    for (input, field) in cases {
         assert_eq!(
             parse(&input).err(),
-            Some((Reason::Schema, Some(detail.to_string()))),
-            "{input}"
+            Some((Reason::Schema, None)),
+            "{field}: {input}"
         );
     }
     let resign = move_with(r#","move":{"row":0,"col":0}"#, "").replace("\"move\"", "\"resign\"");

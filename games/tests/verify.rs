@@ -78,7 +78,7 @@ fn before_genesis() {
         let start = w.start(Some(g.reference), g.rules.clone());
         let first = w.play(g.win[0].clone());
         check(&[first], Some((Reason::NoStart, None)));
-        for (field, edit) in [
+        for (_field, edit) in [
             ("seq", (|e: &mut Event| e.seq = 1) as fn(&mut Event)),
             ("prevHash", |e| e.prev_hash = "a".repeat(64)),
             ("player", |e| e.player = Seat::O),
@@ -87,7 +87,7 @@ fn before_genesis() {
             let mut bad = start.clone();
             edit(&mut bad);
             bad.mv = Some(json!({})); // bad_start is checked before start_has_move
-            check(&[bad], Some((Reason::BadStart, Some(field))));
+            check(&[bad], Some((Reason::BadStart, None)));
         }
         let mut claims = start.clone();
         claims.status = Some(Status::InProgress);
@@ -160,7 +160,7 @@ fn signatures_at_the_start_and_after() {
         );
         let mut wrong = w.sign(draft.clone());
         wrong.player = Seat::O; // O's key would not do either: bad_start comes first
-        check(&[wrong], Some((Reason::BadStart, Some("player"))));
+        check(&[wrong], Some((Reason::BadStart, None)));
         let mut forged = w.sign(draft);
         forged.sig = Some("ab".repeat(64));
         check(&[forged], Some((Reason::BadSignature, None)));
@@ -316,7 +316,7 @@ fn report_strict_and_inbox() {
     assert_eq!(
         json,
         [
-            r#"{"game":null,"verdict":"invalid","result":null,"line":2,"seq":null,"reason":"schema","detail":"seq","rejected":[]}"#,
+            r#"{"game":null,"verdict":"invalid","result":null,"line":2,"seq":null,"reason":"schema","detail":null,"rejected":[]}"#,
             r#"{"game":"a","verdict":"invalid","result":{"status":"in_progress","winner":null,"by":null},"line":6,"seq":1,"reason":"stale_seq","detail":null,"rejected":[]}"#,
             r#"{"game":"b","verdict":"ok","result":{"status":"in_progress","winner":null,"by":null},"line":4,"seq":0,"reason":null,"detail":null,"rejected":[]}"#,
             r#"{"game":"z","verdict":"skipped","result":null,"line":null,"seq":null,"reason":"unknown_protocol","detail":null,"rejected":[]}"#,
@@ -326,7 +326,7 @@ fn report_strict_and_inbox() {
     assert_eq!(
         plain,
         [
-            "- invalid line=2 reason=schema seq",
+            "- invalid line=2 reason=schema",
             "a invalid line=6 seq=1 reason=stale_seq",
             "b ok in_progress",
             "z skipped unknown_protocol",
