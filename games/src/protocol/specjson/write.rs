@@ -74,9 +74,7 @@ pub fn python_float_repr(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
     }
-    // Rust's `{:e}` without a precision prints the shortest round-trip digits, as
-    // Python's repr does: "-1.2345e-7", "0e0".
-    let sci = format!("{f:e}");
+    let sci = shortest_closest(f);
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     let (sign, mantissa) = match mantissa.strip_prefix('-') {
@@ -111,6 +109,25 @@ pub fn python_float_repr(f: f64) -> String {
     out
 }
 
+/// The shortest digits that round-trip and, among those, the closest to `f`, in Rust's
+/// `{:e}` shape ("-1.2345e-7", "0e0"). Rust's `{:e}` finds the shortest length, but when
+/// several strings of that length round-trip it does not always pick the closest, as
+/// Python does (`-164193784243384.12`, not `…13`). Rounding `f` exactly to that many
+/// digits gives the closest one; it is kept when it round-trips.
+fn shortest_closest(f: f64) -> String {
+    let shortest = format!("{f:e}");
+    let digits = shortest
+        .split('e')
+        .next()
+        .map_or(1, |m| m.bytes().filter(u8::is_ascii_digit).count());
+    let closest = format!("{f:.*e}", digits.saturating_sub(1));
+    if closest.parse::<f64>() == Ok(f) {
+        closest
+    } else {
+        shortest
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse;
@@ -143,5 +160,7 @@ mod tests {
         );
         check("0.1", "0.1");
         check("5e-324", "5e-324");
+        check("-164193784243384.12", "-164193784243384.12");
+        check("5.88197768793114250000E+14", "588197768793114.2");
     }
 }
