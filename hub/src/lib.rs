@@ -12,5 +12,6 @@ pub mod meta;
 pub mod limits;
 pub mod loadgen;
 pub mod metrics;
+pub mod relay;
 pub mod rooms;
 pub mod serve;

@@ -23,7 +23,7 @@ use crate::inbox::{Inbox, StoreError};
 use crate::limits::{EventLimiter, PairingLimiter};
 use crate::meta::Meta;
 use crate::metrics::Metrics;
-use crate::rooms::LocalRooms;
+use crate::relay::HubRooms;
 
 /// How long in-flight requests get to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -81,7 +81,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut hub_config = HubConfig::new(registry.clone(), secret);
     hub_config.max_open_games = Some(config.max_open_games);
     hub_config.max_captures_per_game = Some(config.max_captures_per_game);
-    let rooms = Arc::new(LocalRooms::new());
+    let ws_rooms = ::relay::Rooms::new();
+    let rooms = Arc::new(HubRooms::new(ws_rooms.clone()));
     let hub = Hub::open(hub_config, inbox.clone(), meta, metrics.clone(), rooms).await?;
 
     let state = http::AppState {
@@ -95,16 +96,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let housekeeping = actix_rt::spawn(housekeep(state.clone()));
 
     let app_state = state.clone();
-    let server = HttpServer::new(move || http::app(app_state.clone()))
-        .disable_signals()
-        .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
-        .max_connection_rate(1024)
-        .client_request_timeout(Duration::from_secs(10))
-        .bind(&config.listen)
-        .map_err(|source| ServeError::Listen {
-            addr: config.listen.clone(),
-            source,
-        })?;
+    let ws = crate::relay::relay(&state, ws_rooms);
+    let server = HttpServer::new(move || {
+        http::app(app_state.clone()).configure(::relay::configure(ws.clone()))
+    })
+    .disable_signals()
+    .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
+    .max_connection_rate(1024)
+    .client_request_timeout(Duration::from_secs(10))
+    .bind(&config.listen)
+    .map_err(|source| ServeError::Listen {
+        addr: config.listen.clone(),
+        source,
+    })?;
     for addr in server.addrs() {
         // The one line on standard output: tests and scripts read the chosen port here.
         println!("listening on {addr}");

@@ -1,0 +1,214 @@
+//! The glue between the hub and its WebSocket relay (the `relay` crate).
+//!
+//! The relay states what it needs of games as a trait, [`::relay::Games`]; [`HubGames`]
+//! implements it on the [`Hub`] facade, so a move that arrives over a WebSocket goes
+//! through exactly the calls an HTTP `POST …/moves` makes — the same seat checks, the same
+//! per-person rate limit (the very [`EventLimiter`] the HTTP layer charges), the same
+//! append, and the same game actor as referee. [`HubRooms`] goes the other way: it is the
+//! hub's [`Rooms`] interface, handed to the engine at open, and forwards each actor's
+//! publication into the relay's rooms, serializing each viewer's `GameState` once per
+//! event (and not at all when nobody watches the game). Every socket of a viewer then gets
+//! the same bytes.
+//!
+//! [`relay`] builds the relay for the HTTP app; `serve` mounts it with one `configure`
+//! call. What this module deliberately does not do: speak the wire protocol (the relay
+//! crate does) or judge anything (the engine does).
+
+use std::sync::Arc;
+
+use ::relay::{Failure, Games, Outcome, SeatRef, StateFrame};
+use async_trait::async_trait;
+use games::{Seat, Viewer};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::game::{GameState, Hub, HubError, Posted, SeatAuth, Verdict};
+use crate::http::AppState;
+use crate::limits::{EventLimiter, Person};
+use crate::metrics::Metrics;
+use crate::rooms::{Cause, Publication, Rooms};
+
+/// The relay of a running hub, ready to mount with `::relay::configure`.
+pub fn relay(state: &AppState, rooms: ::relay::Rooms) -> ::relay::Relay {
+    let games = HubGames {
+        hub: state.hub.clone(),
+        limiter: state.events.clone(),
+        metrics: state.metrics.clone(),
+    };
+    ::relay::Relay::new(Arc::new(games), rooms)
+}
+
+/// The engine's rooms, feeding the relay's.
+pub struct HubRooms {
+    rooms: ::relay::Rooms,
+}
+
+impl HubRooms {
+    pub fn new(rooms: ::relay::Rooms) -> HubRooms {
+        HubRooms { rooms }
+    }
+}
+
+fn frame(state: &GameState) -> Result<StateFrame, serde_json::Error> {
+    StateFrame::encode(state.seq, state)
+}
+
+impl Rooms for HubRooms {
+    fn publish(&self, publication: Publication) {
+        if !self.rooms.is_watched(&publication.inbox, &publication.game) {
+            return;
+        }
+        let views = &publication.views;
+        let (x, o, spectator) = match (frame(&views.x), frame(&views.o), frame(&views.spectator)) {
+            (Ok(x), Ok(o), Ok(spectator)) => (x, o, spectator),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                tracing::error!(error = %e, "a game state did not serialize; not relayed");
+                return;
+            }
+        };
+        let cause = match publication.cause {
+            Cause::Accepted { seat, .. } => ::relay::Cause::Accepted { seat },
+            Cause::Phase => ::relay::Cause::Phase,
+        };
+        let delivery = ::relay::Delivery {
+            cause,
+            views: ::relay::Views { x, o, spectator },
+        };
+        self.rooms
+            .publish(&publication.inbox, &publication.game, delivery);
+    }
+}
+
+/// The games of a hub, as the relay sees them.
+pub struct HubGames {
+    hub: Hub,
+    limiter: Arc<EventLimiter>,
+    metrics: Arc<Metrics>,
+}
+
+fn failure(err: HubError) -> Failure {
+    Failure {
+        error: err.code().to_string(),
+        detail: err.detail(),
+    }
+}
+
+fn encode(state: &GameState) -> Result<StateFrame, Failure> {
+    frame(state).map_err(|e| Failure::new("internal", e.to_string()))
+}
+
+fn auth(seat: &SeatRef) -> SeatAuth {
+    SeatAuth {
+        inbox: seat.inbox.to_string(),
+        game: seat.game.to_string(),
+        seat: seat.seat,
+    }
+}
+
+impl HubGames {
+    /// Spends one token of the seat holder's budget: the same bucket as their HTTP posts.
+    fn charge(&self, seat: &SeatRef) -> Result<(), Failure> {
+        self.limiter
+            .charge(&Person::Seat(seat.person))
+            .map_err(|limited| {
+                self.metrics
+                    .rate_limited
+                    .with_label_values(&["events"])
+                    .inc();
+                Failure::new(
+                    "rate_limited",
+                    format!("retry after {} s", limited.retry_after_secs),
+                )
+            })
+    }
+
+    /// What a post came to, with the mover's view.
+    async fn outcome(&self, seat: &SeatRef, posted: Posted) -> Result<Outcome, Failure> {
+        let state = match &posted.state {
+            Some(state) => Some(encode(state)?),
+            None => None,
+        };
+        Ok(match (posted.verdict, state) {
+            (Verdict::Accepted, Some(state)) => Outcome::Accepted(state),
+            (Verdict::Held, Some(state)) => Outcome::Held(state),
+            (Verdict::Rejected, state) => {
+                let state = match state {
+                    Some(state) => state,
+                    None => self.state(&seat.inbox, &seat.game, Some(seat.seat)).await?,
+                };
+                let (error, detail) = match posted.refusal {
+                    Some(r) => (r.reason.code().to_string(), r.detail),
+                    None => ("rejected".to_string(), None),
+                };
+                Outcome::Rejected {
+                    error,
+                    detail,
+                    state,
+                }
+            }
+            _ => Outcome::Pending,
+        })
+    }
+}
+
+#[async_trait]
+impl Games for HubGames {
+    async fn open_seat(&self, token: &str) -> Option<SeatRef> {
+        let auth = self.hub.seat_for_token(token).await?;
+        Some(SeatRef {
+            inbox: auth.inbox.into(),
+            game: auth.game.into(),
+            seat: auth.seat,
+            // The same digest `Person::seat` keys HTTP requests by, so the budget is shared.
+            person: Sha256::digest(token.as_bytes()).into(),
+        })
+    }
+
+    async fn state(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Option<Seat>,
+    ) -> Result<StateFrame, Failure> {
+        let viewer = seat.map_or(Viewer::Spectator, Viewer::Seat);
+        let state = self.hub.state(inbox, game, viewer).await.map_err(failure)?;
+        encode(&state)
+    }
+
+    async fn play(&self, seat: &SeatRef, mv: Value) -> Result<Outcome, Failure> {
+        self.charge(seat)?;
+        let posted = self
+            .hub
+            .post_move(&auth(seat), json!({ "move": mv }))
+            .await
+            .map_err(failure)?;
+        self.outcome(seat, posted).await
+    }
+
+    async fn resign(&self, seat: &SeatRef) -> Result<Outcome, Failure> {
+        self.charge(seat)?;
+        let posted = self.hub.resign(&auth(seat)).await.map_err(failure)?;
+        self.outcome(seat, posted).await
+    }
+
+    fn connection(&self, opened: bool) {
+        if opened {
+            self.metrics.websocket_connections.inc();
+        } else {
+            self.metrics.websocket_connections.dec();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Person;
+
+    #[test]
+    fn the_relay_keys_a_seat_like_the_http_layer() {
+        let token = "a-seat-token";
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        assert_eq!(Person::seat(token), Person::Seat(digest));
+    }
+}
