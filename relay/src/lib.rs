@@ -20,6 +20,7 @@
 //! that reconnects says `hello` again and gets the current state, which is complete).
 
 pub mod endpoint;
+pub mod page;
 pub mod rooms;
 pub mod service;
 pub mod session;

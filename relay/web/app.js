@@ -1,0 +1,818 @@
+// The pipehub chat box: create or join a seated game, play it, or watch one.
+//
+// The page holds no game rules. The hub is the one referee: the page draws the player's
+// own move at once (so the box feels instant), sends it over the WebSocket relay, and
+// redraws from the hub's next `game.state`. A refused move is answered `game.refused`
+// followed by the true `game.state`, which takes the early drawing back. Legality is never
+// decided here; the page only refrains from sending when it is plainly not the seat's turn.
+//
+// Everything that came from the network is put into the page as text (`textContent`),
+// never as HTML: game ids, protocol names and boards are other people's strings.
+//
+// The seat token lives in sessionStorage, so a reload of the tab resumes the seat and
+// closing the tab forgets it. The page talks only to its own origin (the CSP says so).
+'use strict';
+
+(function () {
+  const STORE_KEY = 'pipehub.session';
+  const LOG_MAX = 60;
+  const RETRY_MAX_MS = 10000;
+  const CHOICES = ['rock', 'paper', 'scissors'];
+
+  const $ = (id) => document.getElementById(id);
+
+  const S = {
+    protocols: [],
+    session: null, // {mode: 'seat', inbox, game, seat, token, pairingCode?, expiresAt?} | {mode: 'watch', inbox, game}
+    truth: null, // the last game.state from the hub
+    pending: null, // {ref, move}: a move drawn early, not yet answered
+    myChoice: null, // {round, choice}: this seat's rock-paper-scissors choice of a round
+    ws: null,
+    retry: 0,
+    retryTimer: null,
+    refCounter: 0,
+    boardKey: '',
+  };
+
+  // ---------- small helpers ----------
+
+  function el(tag, props, text) {
+    const node = document.createElement(tag);
+    if (props) {
+      for (const [k, v] of Object.entries(props)) {
+        if (k === 'class') node.className = v;
+        else if (k.startsWith('data-') || k.startsWith('aria-') || k === 'role') node.setAttribute(k, v);
+        else node[k] = v;
+      }
+    }
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // Writes only what changed, so screen readers announce real changes and nothing flickers.
+  function setText(node, text) {
+    if (node.textContent !== text) node.textContent = text;
+  }
+
+  function setAttr(node, name, value) {
+    if (node.getAttribute(name) !== value) node.setAttribute(name, value);
+  }
+
+  function showAlert(message) {
+    const alert = $('alert');
+    alert.textContent = message || '';
+    alert.hidden = !message;
+  }
+
+  function log(message) {
+    const list = $('log');
+    list.appendChild(el('li', null, message));
+    while (list.children.length > LOG_MAX) list.removeChild(list.firstChild);
+  }
+
+  function setConn(text) {
+    $('conn').textContent = text;
+    document.body.dataset.conn = text;
+  }
+
+  function saveSession() {
+    try {
+      if (S.session) sessionStorage.setItem(STORE_KEY, JSON.stringify(S.session));
+      else sessionStorage.removeItem(STORE_KEY);
+    } catch (e) {
+      // Storage can be disabled; the game still plays, only a reload will not resume it.
+    }
+  }
+
+  function loadSession() {
+    try {
+      const raw = sessionStorage.getItem(STORE_KEY);
+      const s = raw ? JSON.parse(raw) : null;
+      if (s && typeof s.inbox === 'string' && typeof s.game === 'string') return s;
+    } catch (e) {
+      // A damaged entry is forgotten below.
+    }
+    return null;
+  }
+
+  function gamePath(inbox, game) {
+    return '/v1/inboxes/' + encodeURIComponent(inbox) + '/games' + (game === undefined ? '' : '/' + encodeURIComponent(game));
+  }
+
+  async function api(method, path, body, token) {
+    const headers = {};
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    if (token) headers.Authorization = 'Bearer ' + token;
+    let res;
+    try {
+      res = await fetch(path, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        cache: 'no-store',
+      });
+    } catch (e) {
+      throw new Error('The hub cannot be reached.');
+    }
+    let data = null;
+    try {
+      data = await res.json();
+    } catch (e) {
+      data = null;
+    }
+    if (!res.ok) {
+      let message = data && data.error ? data.error : 'HTTP ' + res.status;
+      if (data && data.detail) message += ': ' + data.detail;
+      const wait = res.headers.get('Retry-After');
+      if (res.status === 429 && wait) message += ' (try again in ' + wait + ' s)';
+      const err = new Error(message);
+      err.status = res.status;
+      throw err;
+    }
+    return data;
+  }
+
+  // ---------- protocols and the create form ----------
+
+  function kindOf(ref) {
+    const name = String(ref || '').split(':').pop();
+    if (name === 'tic-tac-toe') return 'cells';
+    if (name === 'connect-four') return 'columns';
+    if (name === 'rock-paper-scissors') return 'choices';
+    return 'text';
+  }
+
+  async function loadProtocols() {
+    const select = $('create-protocol');
+    try {
+      const data = await api('GET', '/v1/protocols');
+      const items = (data && Array.isArray(data.items) && data.items) || [];
+      S.protocols = items
+        .map((p) => ({ ref: p.ref, spec: p.spec || {}, id: p.protocolId, isDefault: p.default === true }))
+        .filter((p) => typeof p.ref === 'string');
+    } catch (e) {
+      showAlert('Could not load the list of games: ' + e.message);
+      return;
+    }
+    select.textContent = '';
+    for (const p of S.protocols) {
+      const title = typeof p.spec.name === 'string' ? p.spec.name : p.ref;
+      select.appendChild(el('option', { value: p.ref, selected: p.isDefault }, title));
+    }
+    renderRuleInputs();
+  }
+
+  function renderRuleInputs() {
+    const box = $('create-rules');
+    box.querySelectorAll('.rule').forEach((n) => n.remove());
+    const p = S.protocols.find((x) => x.ref === $('create-protocol').value);
+    const params = p && p.spec.parameters && typeof p.spec.parameters === 'object' ? p.spec.parameters : {};
+    const names = Object.keys(params);
+    box.hidden = names.length === 0;
+    for (const name of names) {
+      const param = params[name] || {};
+      const id = 'rule-' + name.replace(/[^A-Za-z0-9_-]/g, '_');
+      const row = el('div', { class: 'rule' });
+      row.appendChild(el('label', { htmlFor: id }, name));
+      let input;
+      if (param.type === 'boolean') {
+        input = el('input', { id, type: 'checkbox', checked: param.default === true });
+      } else if (param.type === 'enum' && Array.isArray(param.values || param.enum)) {
+        input = el('select', { id });
+        for (const v of param.values || param.enum) input.appendChild(el('option', { value: String(v) }, String(v)));
+        if (param.default !== undefined) input.value = String(param.default);
+      } else {
+        input = el('input', { id, type: 'number', step: '1', inputMode: 'numeric' });
+        if (param.min !== undefined) input.min = String(param.min);
+        if (param.max !== undefined) input.max = String(param.max);
+        if (param.default !== undefined) input.value = String(param.default);
+      }
+      input.dataset.rule = name;
+      input.dataset.type = param.type || 'integer';
+      row.appendChild(input);
+      box.appendChild(row);
+    }
+  }
+
+  function readRules() {
+    const rules = {};
+    for (const input of $('create-rules').querySelectorAll('[data-rule]')) {
+      const name = input.dataset.rule;
+      if (input.dataset.type === 'boolean') rules[name] = input.checked;
+      else if (input.dataset.type === 'enum') rules[name] = input.value;
+      else if (input.value.trim() !== '') rules[name] = Number(input.value);
+    }
+    return rules;
+  }
+
+  async function onCreate(event) {
+    event.preventDefault();
+    showAlert('');
+    const inbox = $('create-inbox').value.trim();
+    const protocol = $('create-protocol').value;
+    if (!inbox || !protocol) {
+      showAlert('Choose a game and an inbox.');
+      return;
+    }
+    const button = $('create-button');
+    button.disabled = true;
+    try {
+      const body = { protocol, rules: readRules(), signed: $('create-signed').checked };
+      const c = await api('POST', gamePath(inbox), body);
+      enterGame({
+        mode: 'seat',
+        inbox: c.inbox,
+        game: c.game,
+        seat: c.seat,
+        token: c.token,
+        pairingCode: c.pairingCode,
+        expiresAt: c.expiresAt,
+      });
+      log('You created the game and sit as ' + c.seat + '.');
+    } catch (e) {
+      showAlert('Could not create the game: ' + e.message);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function onJoin(event) {
+    event.preventDefault();
+    showAlert('');
+    const code = $('join-code').value.replace(/[\s-]/g, '').toUpperCase();
+    if (!code) {
+      showAlert('Type the pairing code you were given.');
+      return;
+    }
+    const button = $('join-button');
+    button.disabled = true;
+    try {
+      const p = await api('POST', '/v1/pair', { code });
+      enterGame({ mode: 'seat', inbox: p.inbox, game: p.game, seat: p.seat, token: p.token });
+      log('You joined the game and sit as ' + p.seat + '.');
+    } catch (e) {
+      showAlert('Could not join: ' + e.message);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  async function onList(event) {
+    event.preventDefault();
+    showAlert('');
+    const inbox = $('list-inbox').value.trim();
+    const list = $('game-list');
+    if (!inbox) return;
+    try {
+      const data = await api('GET', gamePath(inbox) + '?limit=20');
+      list.textContent = '';
+      const items = (data && data.items) || [];
+      if (items.length === 0) list.appendChild(el('li', null, 'No games in this inbox yet.'));
+      for (const g of items) {
+        const li = el('li');
+        const status = g.result && g.result.status && g.result.status !== 'in_progress' ? resultText(g.result, null) : g.phase;
+        li.appendChild(el('span', { class: 'game-id' }, g.game));
+        li.appendChild(el('span', { class: 'game-info' }, ' ' + String(g.protocol || '').split(':').pop() + ', ' + status + ' '));
+        const watch = el('button', { type: 'button', 'aria-label': 'Watch game ' + g.game, 'data-game': g.game }, 'Watch');
+        watch.addEventListener('click', () => enterGame({ mode: 'watch', inbox, game: g.game }));
+        li.appendChild(watch);
+        list.appendChild(li);
+      }
+    } catch (e) {
+      showAlert('Could not list games: ' + e.message);
+    }
+  }
+
+  // ---------- entering and leaving a game ----------
+
+  function enterGame(session) {
+    S.session = session;
+    S.truth = null;
+    S.pending = null;
+    S.myChoice = null;
+    S.boardKey = '';
+    $('board').textContent = '';
+    $('log').textContent = '';
+    saveSession();
+    $('lobby').hidden = true;
+    $('game').hidden = false;
+    render();
+    connect();
+    $('game-title').focus();
+  }
+
+  function leaveGame() {
+    disconnect();
+    S.session = null;
+    S.truth = null;
+    S.pending = null;
+    saveSession();
+    $('game').hidden = true;
+    $('lobby').hidden = false;
+    setConn('offline');
+  }
+
+  async function onNewCode() {
+    const s = S.session;
+    if (!s || s.mode !== 'seat') return;
+    try {
+      const c = await api('POST', gamePath(s.inbox, s.game) + '/code', undefined, s.token);
+      s.pairingCode = c.pairingCode;
+      s.expiresAt = c.expiresAt;
+      saveSession();
+      log('A fresh pairing code replaces the old one.');
+      render();
+    } catch (e) {
+      showAlert('Could not get a new code: ' + e.message);
+    }
+  }
+
+  async function onCancel() {
+    const s = S.session;
+    if (!s || s.mode !== 'seat') return;
+    try {
+      await api('DELETE', gamePath(s.inbox, s.game), undefined, s.token);
+      leaveGame();
+      showAlert('The game was cancelled.');
+    } catch (e) {
+      showAlert('Could not cancel: ' + e.message);
+    }
+  }
+
+  async function onCopy() {
+    const code = $('pairing-code').textContent;
+    try {
+      await navigator.clipboard.writeText(code);
+      log('The code was copied.');
+    } catch (e) {
+      const range = document.createRange();
+      range.selectNodeContents($('pairing-code'));
+      const sel = window.getSelection();
+      sel.removeAllRanges();
+      sel.addRange(range);
+      log('Select and copy the code by hand.');
+    }
+  }
+
+  // ---------- the WebSocket relay ----------
+
+  function disconnect() {
+    clearTimeout(S.retryTimer);
+    const ws = S.ws;
+    S.ws = null;
+    if (ws) ws.close(1000);
+  }
+
+  function connect() {
+    disconnect();
+    if (!S.session) return;
+    const scheme = location.protocol === 'https:' ? 'wss://' : 'ws://';
+    let ws;
+    try {
+      ws = new WebSocket(scheme + location.host + '/v1/ws');
+    } catch (e) {
+      scheduleReconnect();
+      return;
+    }
+    S.ws = ws;
+    setConn('connecting');
+    ws.onopen = () => {
+      if (S.ws !== ws) return;
+      S.retry = 0;
+      setConn('connected');
+      const hello = { t: 'hello' };
+      if (S.session.mode === 'seat') hello.token = S.session.token;
+      ws.send(JSON.stringify(hello));
+    };
+    ws.onmessage = (e) => {
+      if (S.ws !== ws) return;
+      let msg;
+      try {
+        msg = JSON.parse(e.data);
+      } catch (err) {
+        return;
+      }
+      if (msg && typeof msg === 'object') onMessage(msg);
+    };
+    ws.onclose = () => {
+      if (S.ws !== ws) return;
+      S.ws = null;
+      // An unanswered move may or may not have reached the hub; the state after the
+      // reconnect says which, so the early drawing is dropped now.
+      S.pending = null;
+      render();
+      scheduleReconnect();
+    };
+  }
+
+  function scheduleReconnect() {
+    if (!S.session) return;
+    const delay = Math.min(RETRY_MAX_MS, 500 * 2 ** S.retry);
+    S.retry += 1;
+    setConn('reconnecting');
+    S.retryTimer = setTimeout(connect, delay);
+  }
+
+  function send(msg) {
+    if (!S.ws || S.ws.readyState !== WebSocket.OPEN) return false;
+    S.ws.send(JSON.stringify(msg));
+    return true;
+  }
+
+  function newRef() {
+    S.refCounter += 1;
+    return 'm' + Date.now().toString(36) + '-' + S.refCounter;
+  }
+
+  function onMessage(msg) {
+    const s = S.session;
+    if (!s) return;
+    switch (msg.t) {
+      case 'hello.ok':
+        if (s.mode === 'watch') send({ t: 'game.subscribe', inbox: s.inbox, game: s.game });
+        break;
+      case 'game.state':
+        if (msg.inbox !== s.inbox || msg.game !== s.game) return;
+        onState(msg);
+        break;
+      case 'game.refused':
+        if (S.pending && msg.ref === S.pending.ref) {
+          S.pending = null;
+          log('The hub refused your move (' + describe(msg.error, msg.detail) + '); it was taken back.');
+          render();
+        } else {
+          log('The hub refused a request (' + describe(msg.error, msg.detail) + ').');
+        }
+        break;
+      case 'error':
+        onError(msg);
+        break;
+      default:
+        break;
+    }
+  }
+
+  function describe(error, detail) {
+    return String(error || 'refused') + (detail ? ': ' + String(detail) : '');
+  }
+
+  function onError(msg) {
+    const s = S.session;
+    if (S.pending && msg.ref === S.pending.ref) {
+      S.pending = null;
+      render();
+    }
+    if (msg.error === 'unauthorized' && s.mode === 'seat') {
+      leaveGame();
+      showAlert('This seat is no longer valid (' + describe(msg.error, msg.detail) + ').');
+      return;
+    }
+    showAlert(describe(msg.error, msg.detail));
+  }
+
+  function onState(state) {
+    const before = S.truth;
+    if (S.pending && state.ref === S.pending.ref) {
+      const choice = S.pending.move && S.pending.move.choice;
+      if (choice && state.view) S.myChoice = { round: state.view.round, choice };
+      S.pending = null;
+    }
+    S.truth = state;
+    if (state.phase === 'started' && S.session.pairingCode) {
+      delete S.session.pairingCode;
+      delete S.session.expiresAt;
+      saveSession();
+    }
+    narrate(before, state);
+    render();
+  }
+
+  // ---------- telling what happened ----------
+
+  function narrate(before, after) {
+    if (!before) {
+      log('Connected: ' + phaseText(after) + '.');
+      return;
+    }
+    if (before.phase !== after.phase) {
+      if (after.phase === 'paired') log('Your opponent joined.');
+      if (after.phase === 'started') log('The game started.');
+    }
+    const v = after.view;
+    if (v && after.seq !== before.seq && after.seq !== null) {
+      const kind = kindOf(after.protocol);
+      if ((kind === 'cells' || kind === 'columns') && v.lastMove && Array.isArray(v.cells)) {
+        const row = v.cells[v.lastMove.row];
+        const who = row ? row[v.lastMove.col] : null;
+        if (who && (!before.view || before.view.moves !== v.moves)) {
+          if (kind === 'cells') log(who + ' played row ' + (v.lastMove.row + 1) + ', column ' + (v.lastMove.col + 1) + '.');
+          else log(who + ' dropped a piece in column ' + (v.lastMove.col + 1) + '.');
+        }
+      }
+      if (kind === 'choices' && Array.isArray(v.history)) {
+        const seen = before.view && Array.isArray(before.view.history) ? before.view.history.length : 0;
+        for (let i = seen; i < v.history.length; i += 1) {
+          const r = v.history[i];
+          const won = r.winner ? r.winner + ' takes the round' : 'a tie, replayed';
+          log('Round ' + (i + 1) + ': X ' + r.X + ', O ' + r.O + ' — ' + won + '.');
+        }
+      }
+    }
+    const wasOver = before.result && before.result.status !== 'in_progress';
+    if (after.result && after.result.status !== 'in_progress' && !wasOver) {
+      log('Game over: ' + resultText(after.result, mySeat()) + '.');
+    }
+  }
+
+  function mySeat() {
+    return S.session && S.session.mode === 'seat' ? S.session.seat : null;
+  }
+
+  function resultText(result, seat) {
+    if (!result) return 'not started';
+    if (result.status === 'draw') return 'a draw';
+    if (result.status !== 'win') return 'in progress';
+    const how = result.by === 'resign' ? (result.winner === 'X' ? 'O resigned' : 'X resigned') : 'by ' + (result.by || 'win');
+    if (seat) return (result.winner === seat ? 'you won' : 'you lost') + ' (' + result.winner + ' wins, ' + how + ')';
+    return result.winner + ' wins, ' + how;
+  }
+
+  function over() {
+    const r = S.truth && S.truth.result;
+    return Boolean(r && r.status !== 'in_progress');
+  }
+
+  function phaseText(state) {
+    const seat = mySeat();
+    if (state.phase === 'waiting') return seat === 'X' ? 'waiting for your opponent to join with the code' : 'waiting for the second player';
+    if (state.phase === 'paired') return 'both seats are filled; waiting for the start';
+    if (over()) return 'game over: ' + resultText(state.result, seat);
+    const v = state.view || {};
+    const kind = kindOf(state.protocol);
+    if (kind === 'choices') {
+      if (v.phase === 'reveal') return 'both chose; the choices are being revealed';
+      if (!seat) return 'round ' + v.round + ': the players are choosing';
+      if (S.pending) return 'sending your choice';
+      if (v.committed && v.committed[seat]) return 'your choice is sealed; waiting for your opponent';
+      if (S.myChoice && S.myChoice.round === v.round) return 'you chose ' + S.myChoice.choice + '; waiting for your turn to seal it';
+      return 'round ' + v.round + ': choose rock, paper or scissors';
+    }
+    if (!v.toMove) return 'in progress';
+    if (!seat) return v.toMove + ' to move';
+    if (S.pending) return 'sending your move';
+    return v.toMove === seat ? 'your turn' : 'waiting for ' + v.toMove;
+  }
+
+  // ---------- drawing ----------
+
+  function canMove() {
+    const t = S.truth;
+    if (!t || !S.session || S.session.mode !== 'seat' || t.phase !== 'started' || over() || S.pending) return false;
+    if (!S.ws || S.ws.readyState !== WebSocket.OPEN || !t.view) return false;
+    if (kindOf(t.protocol) === 'choices') return t.view.phase === 'commit' && !(t.view.committed && t.view.committed[mySeat()]);
+    return t.view.toMove === mySeat();
+  }
+
+  function play(move) {
+    if (!canMove()) return;
+    const ref = newRef();
+    S.pending = { ref, move };
+    render();
+    if (!send({ t: 'game.move', move, ref })) {
+      S.pending = null;
+      render();
+    }
+  }
+
+  function render() {
+    const s = S.session;
+    const t = S.truth;
+    if (!s) return;
+    const board = $('board');
+    setText($('game-title'), 'Game ' + s.game);
+    const who = s.mode === 'seat' ? 'You play ' + s.seat : 'You are watching';
+    const proto = t && t.protocol ? String(t.protocol).split(':').pop() : '…';
+    setText($('game-meta'), who + ' · ' + proto + ' · inbox ' + s.inbox + (t && t.signed ? ' · signed' : ''));
+
+    const waiting = Boolean(s.mode === 'seat' && s.seat === 'X' && s.pairingCode && (!t || t.phase === 'waiting'));
+    $('pairing').hidden = !waiting;
+    if (waiting) {
+      setText($('pairing-code'), s.pairingCode);
+      setText($('pairing-expires'), s.expiresAt ? new Date(s.expiresAt).toLocaleTimeString() : 'a few minutes');
+    }
+
+    setText($('status'), t ? capital(phaseText(t)) + '.' : 'Connecting…');
+    document.body.dataset.phase = t ? t.phase : '';
+    document.body.dataset.over = over() ? 'true' : 'false';
+
+    const started = Boolean(t && t.phase === 'started' && t.view);
+    $('actions').hidden = !(s.mode === 'seat' && started && !over());
+    if ($('actions').hidden) {
+      $('resign-confirm').hidden = true;
+      $('resign').hidden = false;
+    }
+
+    if (!started) {
+      drawText(t ? t.board : '');
+    } else {
+      const kind = kindOf(t.protocol);
+      if (kind === 'cells' || kind === 'columns') drawGrid(kind, t.view);
+      else if (kind === 'choices') drawChoices(t.view);
+      else drawText(t.board);
+    }
+    board.dataset.seq = t && t.seq !== null && t.seq !== undefined ? String(t.seq) : '';
+    board.dataset.pending = S.pending ? 'true' : 'false';
+
+    setText($('chain-result'), t ? (t.phase === 'started' ? capital(resultText(t.result, mySeat())) : capital(t.phase)) : '—');
+    setText($('chain-seq'), t && t.seq !== null && t.seq !== undefined ? 'seq ' + t.seq : '—');
+    setText($('chain-head'), t && t.head ? t.head : '—');
+    const link = $('export-link');
+    link.hidden = !started;
+    link.href = gamePath(s.inbox, s.game) + '/export';
+    link.setAttribute('download', s.game + '.jsonl');
+  }
+
+  function capital(text) {
+    return text ? text.charAt(0).toUpperCase() + text.slice(1) : text;
+  }
+
+  function drawText(text) {
+    const board = $('board');
+    if (S.boardKey !== 'text') {
+      S.boardKey = 'text';
+      board.textContent = '';
+      board.appendChild(el('pre', { class: 'text-board' }));
+    }
+    const pre = board.querySelector('pre');
+    setText(pre, text || '');
+    pre.hidden = !text;
+  }
+
+  // The grid is built once per shape and then updated in place, so a keyboard user's focus
+  // stays on the button they pressed.
+  function drawGrid(kind, v) {
+    const board = $('board');
+    const rows = v.rows;
+    const cols = v.cols;
+    const key = kind + ':' + rows + 'x' + cols;
+    if (S.boardKey !== key) {
+      S.boardKey = key;
+      board.textContent = '';
+      board.style.setProperty('--cols', String(cols));
+      if (kind === 'columns') {
+        const drops = el('div', { class: 'drops', role: 'group', 'aria-label': 'Drop a piece' });
+        for (let c = 0; c < cols; c += 1) {
+          const b = el('button', { type: 'button', class: 'drop', 'data-col': String(c) }, '↓');
+          b.addEventListener('click', () => play({ col: c }));
+          drops.appendChild(b);
+        }
+        board.appendChild(drops);
+      }
+      const grid = el('div', { class: 'grid ' + kind, role: 'group', 'aria-label': 'Board' });
+      for (let r = 0; r < rows; r += 1) {
+        for (let c = 0; c < cols; c += 1) {
+          let cell;
+          if (kind === 'cells') {
+            cell = el('button', { type: 'button', class: 'cell' });
+            cell.addEventListener('click', () => play({ row: r, col: c }));
+          } else {
+            cell = el('span', { class: 'cell', role: 'img' });
+          }
+          cell.dataset.row = String(r);
+          cell.dataset.col = String(c);
+          grid.appendChild(cell);
+        }
+      }
+      board.appendChild(grid);
+    }
+
+    const movable = canMove();
+    const onLine = new Set((v.line || []).map((p) => p.row + ':' + p.col));
+    const last = v.lastMove ? v.lastMove.row + ':' + v.lastMove.col : '';
+    let early = '';
+    if (S.pending) {
+      const m = S.pending.move;
+      if (kind === 'cells') early = m.row + ':' + m.col;
+      else early = lowestEmpty(v, m.col) + ':' + m.col;
+    }
+    for (const cell of board.querySelectorAll('.grid .cell')) {
+      const r = Number(cell.dataset.row);
+      const c = Number(cell.dataset.col);
+      const at = r + ':' + c;
+      const row = v.cells[r] || [];
+      let mark = row[c] || '';
+      const isEarly = at === early;
+      if (isEarly) mark = mySeat();
+      setText(cell, mark);
+      const cls = 'cell' + (mark ? ' mark-' + mark : '') + (isEarly ? ' pending' : '') + (onLine.has(at) ? ' win' : '') + (at === last && !isEarly ? ' last' : '');
+      if (cell.className !== cls) cell.className = cls;
+      setAttr(cell, 'aria-label', 'Row ' + (r + 1) + ', column ' + (c + 1) + ': ' + (mark || 'empty') + (isEarly ? ' (sending)' : ''));
+      if (kind === 'cells') setAttr(cell, 'aria-disabled', movable ? 'false' : 'true');
+    }
+    for (const b of board.querySelectorAll('.drop')) {
+      const c = Number(b.dataset.col);
+      setAttr(b, 'aria-label', 'Drop a piece in column ' + (c + 1));
+      setAttr(b, 'aria-disabled', movable ? 'false' : 'true');
+      b.classList.toggle('pending', Boolean(S.pending && S.pending.move.col === c));
+    }
+  }
+
+  function lowestEmpty(v, col) {
+    for (let r = v.rows - 1; r >= 0; r -= 1) {
+      if (v.cells[r] && !v.cells[r][col]) return r;
+    }
+    return -1;
+  }
+
+  function drawChoices(v) {
+    const board = $('board');
+    if (S.boardKey !== 'choices') {
+      S.boardKey = 'choices';
+      board.textContent = '';
+      board.appendChild(el('p', { class: 'score' }));
+      const group = el('div', { class: 'choices', role: 'group', 'aria-label': 'Your choice' });
+      for (const choice of CHOICES) {
+        const b = el('button', { type: 'button', class: 'choice', 'data-choice': choice }, choice);
+        b.addEventListener('click', () => play({ choice }));
+        group.appendChild(b);
+      }
+      board.appendChild(group);
+      board.appendChild(el('p', { class: 'mine' }));
+      board.appendChild(el('ol', { class: 'rounds', 'aria-label': 'Rounds played' }));
+    }
+    const scores = v.scores || {};
+    setText(board.querySelector('.score'),
+      'Round ' + v.round + ' (first to ' + v.target + ' of ' + v.bestOf + ') — X ' + (scores.X || 0) + ' : ' + (scores.O || 0) + ' O');
+    const movable = canMove();
+    const early = S.pending ? S.pending.move.choice : null;
+    const mine = early || (S.myChoice && S.myChoice.round === v.round ? S.myChoice.choice : null);
+    for (const b of board.querySelectorAll('.choice')) {
+      setAttr(b, 'aria-disabled', movable ? 'false' : 'true');
+      setAttr(b, 'aria-pressed', mine === b.dataset.choice ? 'true' : 'false');
+      b.classList.toggle('pending', early === b.dataset.choice);
+    }
+    const seat = mySeat();
+    let text = '';
+    if (seat) {
+      if (early) text = 'Your choice: ' + early + ' (sending…)';
+      else if (mine) text = 'Your choice this round: ' + mine;
+      const other = seat === 'X' ? 'O' : 'X';
+      if (v.committed && v.committed[other] && v.phase === 'commit') text += (text ? ' · ' : '') + other + ' has chosen';
+    } else if (v.committed) {
+      text = 'Chosen: X ' + (v.committed.X ? 'yes' : 'no') + ', O ' + (v.committed.O ? 'yes' : 'no');
+    }
+    setText(board.querySelector('.mine'), text);
+    const rounds = board.querySelector('.rounds');
+    const history = Array.isArray(v.history) ? v.history : [];
+    if (rounds.children.length !== history.length) {
+      rounds.textContent = '';
+      history.forEach((r) => {
+        rounds.appendChild(el('li', null, 'X ' + r.X + ', O ' + r.O + ' — ' + (r.winner ? r.winner + ' wins' : 'tie')));
+      });
+    }
+  }
+
+  // ---------- resign ----------
+
+  function onResign() {
+    $('resign').hidden = true;
+    $('resign-confirm').hidden = false;
+    $('resign-no').focus();
+  }
+
+  function onResignAnswer(yes) {
+    $('resign-confirm').hidden = true;
+    $('resign').hidden = false;
+    if (yes && S.session && S.session.mode === 'seat' && !over()) {
+      if (!send({ t: 'game.resign', ref: newRef() })) showAlert('Not connected; try again in a moment.');
+    }
+    $('resign').focus();
+  }
+
+  // ---------- start ----------
+
+  function start() {
+    $('create-form').addEventListener('submit', onCreate);
+    $('join-form').addEventListener('submit', onJoin);
+    $('list-form').addEventListener('submit', onList);
+    $('create-protocol').addEventListener('change', renderRuleInputs);
+    $('copy-code').addEventListener('click', onCopy);
+    $('new-code').addEventListener('click', onNewCode);
+    $('cancel-game').addEventListener('click', onCancel);
+    $('resign').addEventListener('click', onResign);
+    $('resign-yes').addEventListener('click', () => onResignAnswer(true));
+    $('resign-no').addEventListener('click', () => onResignAnswer(false));
+    $('leave').addEventListener('click', leaveGame);
+    $('game-title').tabIndex = -1;
+
+    const code = new URLSearchParams(location.search).get('code');
+    if (code) $('join-code').value = code;
+
+    loadProtocols();
+    const saved = loadSession();
+    if (saved) enterGame(saved);
+    document.body.dataset.ready = 'true';
+  }
+
+  start();
+})();
