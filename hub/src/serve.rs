@@ -98,7 +98,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let app_state = state.clone();
     let ws = crate::relay::relay(&state, ws_rooms);
     let server = HttpServer::new(move || {
-        http::app(app_state.clone()).configure(::relay::configure(ws.clone()))
+        http::app(app_state.clone())
+            .configure(::relay::configure(ws.clone()))
+            .configure(::relay::page::configure)
     })
     .disable_signals()
     .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
