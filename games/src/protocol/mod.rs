@@ -194,14 +194,18 @@ impl Registry {
     /// Every built-in protocol, with `pipehub:tic-tac-toe` as the default for starts that
     /// name none.
     pub fn builtin() -> Registry {
-        let protocols: Vec<Arc<dyn Protocol>> = vec![
-            // One line per game.
-            Arc::new(tictactoe::TicTacToe::new()),
-            Arc::new(connect_four::ConnectFour::new()),
-            Arc::new(rps::RockPaperScissors::new()),
-        ];
+        // The specs are parsed and hashed once per process; every registry shares them.
+        static BUILTIN: std::sync::OnceLock<Vec<Arc<dyn Protocol>>> = std::sync::OnceLock::new();
+        let protocols = BUILTIN.get_or_init(|| {
+            vec![
+                // One line per game.
+                Arc::new(tictactoe::TicTacToe::new()),
+                Arc::new(connect_four::ConnectFour::new()),
+                Arc::new(rps::RockPaperScissors::new()),
+            ]
+        });
         Registry {
-            protocols,
+            protocols: protocols.clone(),
             default_ref: Self::DEFAULT_REF.to_string(),
         }
     }
