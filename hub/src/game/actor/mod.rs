@@ -17,6 +17,10 @@
 //! inbox), or hold anything that cannot be rebuilt from the store — except a held
 //! rock-paper-scissors choice, whose loss is announced (`held_choice_lost`).
 
+mod messages;
+
+pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +28,6 @@ use actix::prelude::*;
 use games::reason::{Reason, Refusal};
 use games::verify::{GameChain, Prepared, Verdict as ChainVerdict};
 use games::{Action, Event, Seat, Viewer};
-use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::custody::{self, Custodian};
@@ -333,10 +336,11 @@ impl GameActor {
             return Err(HubError::NotFound("no such game".into()));
         };
         // A seat's own view shows the choice the hub keeps for it; nobody else's does.
-        if let (Some(s), Some(Value::Object(view))) = (seat, st.view.as_mut()) {
-            if let Some(c) = self.choice[idx(s)] {
-                view.insert("pendingChoice".into(), Value::from(c));
-            }
+        if let (Some(s), Some(view)) = (seat, st.view.take()) {
+            st.view = Some(match self.choice[idx(s)] {
+                Some(c) => games::protocol::View(view).with_pending_choice(c).0,
+                None => view,
+            });
         }
         Ok(st)
     }
@@ -521,175 +525,5 @@ impl Actor for GameActor {
         self.engine.metrics.actors_resident.dec();
         let held = self.held.iter().filter(|h| **h).count() as i64;
         self.engine.metrics.held_choices.sub(held);
-    }
-}
-
-/// A durable record of this game, from its shard's consumer, in shard order.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "()")]
-pub struct Deliver(pub Record);
-
-impl Handler<Deliver> for GameActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
-        self.last_active = Instant::now();
-        if msg.0.capture.pos > self.last_pos {
-            self.adjudicate(&msg.0, ctx);
-        }
-    }
-}
-
-/// One viewer's state of the game.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<GameState, HubError>")]
-pub struct Snapshot(pub Viewer);
-
-impl Handler<Snapshot> for GameActor {
-    type Result = Result<GameState, HubError>;
-
-    fn handle(&mut self, msg: Snapshot, _ctx: &mut Self::Context) -> Self::Result {
-        self.last_active = Instant::now();
-        self.state(msg.0)
-    }
-}
-
-/// The next event for a hub-held seat: a move (`Some`) or a resign (`None`), built from
-/// the head and signed; the facade appends it.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<Draft, HubError>")]
-pub struct DraftMove {
-    pub seat: Seat,
-    pub mv: Option<Value>,
-}
-
-impl Handler<DraftMove> for GameActor {
-    type Result = Result<Draft, HubError>;
-
-    fn handle(&mut self, msg: DraftMove, _ctx: &mut Self::Context) -> Self::Result {
-        self.last_active = Instant::now();
-        let (Some(seq), Some(head)) = (self.chain.seq(), self.chain.head()) else {
-            return Err(HubError::NotStarted);
-        };
-        let event = writer::next_event(&self.game, seq, head, msg.seat, msg.mv);
-        Ok(writer::finish(
-            &self.engine.config.secret,
-            &self.inbox,
-            event,
-            self.chain.signed(),
-        ))
-    }
-}
-
-/// What became of a rock-paper-scissors choice.
-#[derive(Debug)]
-pub enum Chosen {
-    /// It is the seat's commit turn: append this commit.
-    Commit(Box<Draft>),
-    /// Not its turn yet: held, committed on its turn. The seat's state.
-    Held(Box<GameState>),
-}
-
-/// A hub-held seat's rock-paper-scissors choice.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<Chosen, HubError>")]
-pub struct Choose {
-    pub seat: Seat,
-    pub choice: &'static str,
-}
-
-impl Handler<Choose> for GameActor {
-    type Result = Result<Chosen, HubError>;
-
-    fn handle(&mut self, msg: Choose, ctx: &mut Self::Context) -> Self::Result {
-        self.last_active = Instant::now();
-        let (Some(p), Some(board), Some(seq), Some(head)) = (
-            self.chain.protocol(),
-            self.chain.board(),
-            self.chain.seq(),
-            self.chain.head(),
-        ) else {
-            return Err(HubError::NotStarted);
-        };
-        if !custody::is_custodial(p.as_ref()) {
-            return Err(HubError::Refused(Refusal::with(
-                Reason::IllegalMove,
-                "bad_move",
-            )));
-        }
-        if board.outcome().is_over() {
-            return Err(HubError::Refused(Refusal::new(Reason::AfterEnd)));
-        }
-        let s = idx(msg.seat);
-        self.lost[s] = false;
-        let my_turn = matches!(
-            board.custody(msg.seat),
-            Some(games::protocol::CustodyStep::Commit)
-        );
-        if my_turn && self.writing.is_none() && !self.held[s] {
-            let mv = self.custodian().commit_move(msg.seat, seq + 1, msg.choice);
-            let event = writer::next_event(&self.game, seq, head, msg.seat, Some(mv));
-            let draft = writer::finish(
-                &self.engine.config.secret,
-                &self.inbox,
-                event,
-                self.chain.signed(),
-            );
-            self.choice[s] = Some(msg.choice);
-            return Ok(Chosen::Commit(Box::new(draft)));
-        }
-        self.choice[s] = Some(msg.choice);
-        if !self.held[s] {
-            self.held[s] = true;
-            let engine = self.engine.clone();
-            let (inbox, game, seat) = (self.inbox.clone(), self.game.clone(), msg.seat);
-            actix::spawn(async move {
-                let _ = engine.seats.mark_held(&inbox, &game, seat).await;
-            });
-            self.engine.metrics.held_choices.inc();
-        }
-        // It may be this seat's commit turn with a write of ours in flight: commit then.
-        self.write_owed(ctx);
-        Ok(Chosen::Held(Box::new(self.state(Viewer::Seat(msg.seat))?)))
-    }
-}
-
-/// O has paired: tell the room, write the start if the hub owes it, and answer once the
-/// game has its start.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "oneshot::Receiver<()>")]
-pub struct Paired;
-
-impl Handler<Paired> for GameActor {
-    type Result = MessageResult<Paired>;
-
-    fn handle(&mut self, _msg: Paired, ctx: &mut Self::Context) -> Self::Result {
-        self.last_active = Instant::now();
-        let (tx, rx) = oneshot::channel();
-        if self.chain.is_started() {
-            let _ = tx.send(());
-        } else {
-            self.start_waiters.push(tx);
-        }
-        if let Some(views) = self.views() {
-            self.publish(Cause::Phase, Arc::new(views));
-        }
-        self.write_failures = 0;
-        self.write_owed(ctx);
-        MessageResult(rx)
-    }
-}
-
-/// The accepted chain, one JSON line per event.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "Vec<String>")]
-pub struct Export;
-
-impl Handler<Export> for GameActor {
-    type Result = MessageResult<Export>;
-
-    fn handle(&mut self, _msg: Export, _ctx: &mut Self::Context) -> Self::Result {
-        self.last_active = Instant::now();
-        MessageResult(self.accepted.clone())
     }
 }
