@@ -25,6 +25,7 @@ mod codec;
 pub mod embedded;
 mod index;
 pub mod log;
+mod writer;
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,0 +1,260 @@
+//! The embedded inbox's single writer: one thread that drains append and verdict
+//! requests in batches and gives each batch one `write` and one `fdatasync`.
+//!
+//! Only after the fsync does it add the batch's events to the indexes, raise the shards'
+//! high-water marks and answer the appenders, so nothing a reader or a consumer sees can be
+//! lost to a crash. Verdicts are written with whatever batch comes next and fsynced with
+//! the next batch that has appends (or a sync request): they are recomputable.
+//!
+//! What it deliberately does not do: read, or decide positions from anything but the
+//! index, which only this thread extends.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use games::Seat;
+use parking_lot::RwLock;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::codec;
+use super::index::Index;
+use super::log::{self, FramePos, SegmentLog, Segments};
+use super::{Capture, StoreError, StoredVerdict};
+
+/// At most this many requests share one write and fsync, so one batch's latency stays
+/// bounded however many appenders wait.
+const MAX_BATCH: usize = 4096;
+
+pub(super) enum Request {
+    Append {
+        shard: u32,
+        inbox: String,
+        game: String,
+        seat: Option<Seat>,
+        raw: Bytes,
+        reply: oneshot::Sender<Result<Capture, StoreError>>,
+    },
+    Verdict {
+        capture: Capture,
+        verdict: StoredVerdict,
+    },
+    Sync {
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+}
+
+/// Counters of the writer, for metrics and the benchmark.
+#[derive(Default)]
+pub struct WriterStats {
+    /// Batches written with an fsync.
+    pub syncs: AtomicU64,
+    /// Events appended.
+    pub appends: AtomicU64,
+    /// The largest number of events one fsync covered.
+    pub max_batch: AtomicU64,
+}
+
+/// State shared by the handle, the writer thread and readers.
+pub(super) struct Shared {
+    pub(super) shards: u32,
+    pub(super) index: RwLock<Index>,
+    pub(super) segments: Segments,
+    pub(super) watches: Vec<watch::Sender<u64>>,
+    pub(super) failed: AtomicBool,
+    pub(super) stats: WriterStats,
+}
+
+pub(super) fn unavailable() -> StoreError {
+    StoreError::Unavailable("the inbox stopped taking writes after a failed write or fsync".into())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The single writer: drains requests in batches, one write and one fsync per batch.
+pub(super) struct Writer {
+    pub(super) shared: Arc<Shared>,
+    pub(super) log: SegmentLog,
+    pub(super) rx: mpsc::Receiver<Request>,
+}
+
+/// An append of the current batch, waiting for the fsync.
+struct Pending {
+    capture: Capture,
+    inbox: String,
+    game: String,
+    frame_index: usize,
+    reply: oneshot::Sender<Result<Capture, StoreError>>,
+}
+
+impl Writer {
+    pub(super) fn run(mut self) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        while let Some(first) = self.rx.blocking_recv() {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match self.rx.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            self.write(&mut batch);
+        }
+        // The channel closed: the store is being dropped. Make trailing verdicts durable.
+        if !self.shared.failed.load(Ordering::Acquire) {
+            if let Err(e) = self.log.sync() {
+                tracing::error!(error = %e, "inbox: final fsync failed");
+            }
+        }
+    }
+
+    fn write(&mut self, batch: &mut Vec<Request>) {
+        let failed = self.shared.failed.load(Ordering::Acquire);
+        let mut buf = Vec::new();
+        let mut pending = Vec::new();
+        let mut syncs = Vec::new();
+        let mut frames = 0usize;
+        let mut next: Vec<u64> = {
+            let index = self.shared.index.read();
+            (0..self.shared.shards)
+                .map(|s| index.high_water(s))
+                .collect()
+        };
+        let at_ms = now_ms();
+        for request in batch.drain(..) {
+            match request {
+                Request::Append { reply, .. } if failed => {
+                    let _ = reply.send(Err(unavailable()));
+                }
+                Request::Append {
+                    shard,
+                    inbox,
+                    game,
+                    seat,
+                    raw,
+                    reply,
+                } => {
+                    let Some(last) = next.get_mut(shard as usize) else {
+                        let _ = reply.send(Err(StoreError::NoShard(shard)));
+                        continue;
+                    };
+                    *last += 1;
+                    let capture = Capture { shard, pos: *last };
+                    log::frame(&mut buf, |out| {
+                        codec::encode_event(out, capture, at_ms, seat, &inbox, &game, &raw)
+                    });
+                    pending.push(Pending {
+                        capture,
+                        inbox,
+                        game,
+                        frame_index: frames,
+                        reply,
+                    });
+                    frames += 1;
+                }
+                Request::Verdict { capture, verdict } => {
+                    if !failed {
+                        log::frame(&mut buf, |out| {
+                            codec::encode_verdict(out, capture, &verdict)
+                        });
+                        frames += 1;
+                    }
+                }
+                Request::Sync { reply } => syncs.push(reply),
+            }
+        }
+        if failed {
+            for reply in syncs {
+                let _ = reply.send(Err(unavailable()));
+            }
+            return;
+        }
+        // Verdicts alone do not need an fsync: they are recomputable, and the next batch
+        // of appends (or an explicit sync) carries them to disk.
+        let sync = !pending.is_empty() || !syncs.is_empty();
+        let written = self.log.reserve(buf.len()).and_then(|(segment, base)| {
+            self.log.write_batch(&buf, sync)?;
+            Ok((segment, base))
+        });
+        let (segment, base) = match written {
+            Ok(at) => at,
+            Err(e) => {
+                tracing::error!(error = %e, "inbox write failed; the store stops taking writes");
+                self.shared.failed.store(true, Ordering::Release);
+                let detail = e.to_string();
+                for p in pending {
+                    let _ = p.reply.send(Err(StoreError::Unavailable(detail.clone())));
+                }
+                for reply in syncs {
+                    let _ = reply.send(Err(StoreError::Unavailable(detail.clone())));
+                }
+                return;
+            }
+        };
+        self.publish(pending, syncs, &buf, segment, base);
+    }
+
+    /// The batch is durable: index it, raise the high-water marks, answer the appenders.
+    fn publish(
+        &self,
+        pending: Vec<Pending>,
+        syncs: Vec<oneshot::Sender<Result<(), StoreError>>>,
+        buf: &[u8],
+        segment: u32,
+        base: u64,
+    ) {
+        let offsets = log::frames_in(buf);
+        let mut touched = vec![false; self.shared.shards as usize];
+        {
+            let mut index = self.shared.index.write();
+            for p in &pending {
+                let (offset, len) = offsets[p.frame_index];
+                let frame = FramePos {
+                    segment,
+                    offset: base + offset as u64,
+                    len,
+                };
+                if let Err(e) = index.push(p.capture, &p.inbox, &p.game, frame) {
+                    // Positions are assigned from the index by this thread alone, so this
+                    // cannot happen; if it did, answering would break the no-gap promise.
+                    tracing::error!(error = %e, "inbox index out of step; the store stops taking writes");
+                    self.shared.failed.store(true, Ordering::Release);
+                }
+                touched[p.capture.shard as usize] = true;
+            }
+        }
+        let stats = &self.shared.stats;
+        if !pending.is_empty() {
+            stats.syncs.fetch_add(1, Ordering::Relaxed);
+            stats
+                .appends
+                .fetch_add(pending.len() as u64, Ordering::Relaxed);
+            stats
+                .max_batch
+                .fetch_max(pending.len() as u64, Ordering::Relaxed);
+        }
+        let index = self.shared.index.read();
+        for (shard, touched) in touched.into_iter().enumerate() {
+            if touched {
+                self.shared.watches[shard].send_replace(index.high_water(shard as u32));
+            }
+        }
+        drop(index);
+        let failed = self.shared.failed.load(Ordering::Acquire);
+        for p in pending {
+            let _ = p.reply.send(if failed {
+                Err(unavailable())
+            } else {
+                Ok(p.capture)
+            });
+        }
+        for reply in syncs {
+            let _ = reply.send(Ok(()));
+        }
+    }
+}
