@@ -119,3 +119,63 @@ pub struct NoRooms;
 impl Rooms for NoRooms {
     fn publish(&self, _publication: Publication) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::game::{GameState, Phase};
+
+    fn state(seat: Option<Seat>) -> GameState {
+        GameState {
+            inbox: "i".into(),
+            game: "g".into(),
+            seat,
+            phase: Phase::Waiting,
+            protocol: None,
+            protocol_id: None,
+            rules: None,
+            signed: false,
+            keys: None,
+            seq: None,
+            head: None,
+            result: None,
+            view: None,
+            board: String::new(),
+            notice: None,
+        }
+    }
+
+    fn publication(game: &str) -> Publication {
+        Publication {
+            inbox: "i".into(),
+            game: game.into(),
+            cause: Cause::Phase,
+            views: Arc::new(Views {
+                x: state(Some(Seat::X)),
+                o: state(Some(Seat::O)),
+                spectator: state(None),
+            }),
+        }
+    }
+
+    #[test]
+    fn subscribers_get_their_game_only_and_empty_rooms_are_dropped() {
+        let rooms = LocalRooms::new();
+        rooms.publish(publication("g"));
+        assert!(rooms.is_empty(), "nobody listens: no room");
+        let mut rx = rooms.subscribe("i", "g");
+        rooms.publish(publication("other"));
+        rooms.publish(publication("g"));
+        let got = rx.try_recv().expect("one publication");
+        assert_eq!(got.game, "g");
+        assert_eq!(got.views.for_seat(Some(Seat::O)).seat, Some(Seat::O));
+        assert_eq!(got.views.for_seat(None).seat, None);
+        assert!(rx.try_recv().is_err());
+        drop(rx);
+        rooms.publish(publication("g"));
+        assert!(
+            rooms.is_empty(),
+            "the last subscriber left: the room is gone"
+        );
+    }
+}

@@ -689,3 +689,27 @@ async fn the_game_listing_shows_waiting_and_started_games() {
     );
     let _ = &f.meta;
 }
+
+#[actix_rt::test]
+async fn an_idle_actor_stops_and_the_next_event_rebuilds_it() {
+    let mut c = config();
+    c.actor_idle = Duration::from_millis(100);
+    let f = open(c).await;
+    let s = post(&f, event("idle", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    assert_eq!(f.hub.resident_actors(), 1);
+    for _ in 0..100 {
+        if f.hub.resident_actors() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.hub.resident_actors(), 0, "the idle actor stopped");
+    let head = s.hash.expect("hash");
+    let p = post(&f, event("idle", 1, &head, Seat::X, rc(1, 1)), None)
+        .await
+        .expect("posted");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    assert_eq!(p.state.and_then(|s| s.seq), Some(1));
+}

@@ -45,6 +45,9 @@ use crate::rooms::{Cause, Publication, Views};
 /// accepted event, so a write the referee keeps refusing cannot fill the inbox.
 const MAX_WRITE_FAILURES: u32 = 3;
 
+/// How long an idle actor keeps reading its mailbox after leaving the directory.
+const STOP_GRACE: Duration = Duration::from_millis(200);
+
 fn idx(seat: Seat) -> usize {
     match seat {
         Seat::X => 0,
@@ -515,8 +518,11 @@ impl Actor for GameActor {
             // A held choice lives only here: an actor holding one stays until it is
             // committed, or the seat would be told it was lost without any restart.
             if act.last_active.elapsed() >= idle && !act.held.contains(&true) {
+                // Leave the directory first, then stop a moment later: a consumer that
+                // looked this actor up just before may still put a record in its mailbox,
+                // and a stopped actor's mailbox is dropped unread.
                 act.engine.forget(&act.inbox, &act.game, &ctx.address());
-                ctx.stop();
+                ctx.run_later(STOP_GRACE, |_, ctx| ctx.stop());
             }
         });
     }

@@ -166,14 +166,17 @@ impl Hub {
             return Err(HubError::Forbidden("this game is no longer seated".into()));
         }
         self.check_capture_cap(inbox, &event.game).await?;
-        let hash = Prepared::of(&event).hash;
         let seat = auth.map(|a| a.seat);
         let capture = self
             .engine
             .inbox
             .append(inbox, &event.game, seat, raw)
             .await?;
-        Ok(self.await_verdict(capture, hash, seat).await)
+        // The actor hashes the event as it adjudicates it; the poster hashes it only when
+        // it must answer `pending` without the actor's word.
+        Ok(self
+            .await_verdict(capture, || Prepared::of(&event).hash, seat)
+            .await)
     }
 
     /// `POST …/moves`: `body` is `{"move": …}` (or `{"choice": …}` in rock-paper-scissors)
@@ -375,19 +378,24 @@ impl Hub {
 
     // ---- helpers ----
 
-    async fn await_verdict(&self, capture: Capture, hash: String, seat: Option<Seat>) -> Posted {
+    async fn await_verdict(
+        &self,
+        capture: Capture,
+        hash: impl FnOnce() -> String,
+        seat: Option<Seat>,
+    ) -> Posted {
         let wait = self.engine.config.verdict_wait;
         match self.engine.waiters.wait(capture, wait).await {
             Some(o) => Posted {
                 capture: Some(capture),
-                hash: o.hash.or(Some(hash)),
+                hash: o.hash.or_else(|| Some(hash())),
                 verdict: o.verdict,
                 state: o.views.map(|v| v.for_seat(seat).clone()),
                 refusal: o.refusal,
             },
             None => Posted {
                 capture: Some(capture),
-                hash: Some(hash),
+                hash: Some(hash()),
                 verdict: Verdict::Pending,
                 state: None,
                 refusal: None,
@@ -402,7 +410,7 @@ impl Hub {
             .append(&auth.inbox, &auth.game, Some(auth.seat), draft.raw)
             .await?;
         Ok(self
-            .await_verdict(capture, draft.prepared.hash, Some(auth.seat))
+            .await_verdict(capture, || draft.prepared.hash, Some(auth.seat))
             .await)
     }
 
