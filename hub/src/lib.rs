@@ -11,6 +11,7 @@ pub mod inbox;
 pub mod meta;
 pub mod limits;
 pub mod loadgen;
+pub mod mcp;
 pub mod metrics;
 pub mod relay;
 pub mod rooms;

@@ -24,6 +24,8 @@ enum Command {
     Loadgen(cli::loadgen::Args),
     /// Run the hub: the inbox, the referee, the HTTP API and the operators' endpoints.
     Serve(cli::serve::Args),
+    /// Run the local agent an AI assistant plays through: a stdio MCP server.
+    Mcp(cli::mcp::Args),
 }
 
 fn main() {
@@ -33,6 +35,7 @@ fn main() {
         Command::Protocol(args) => cli::protocol::run(args),
         Command::Loadgen(args) => cli::loadgen::run(args),
         Command::Serve(args) => cli::serve::run(args),
+        Command::Mcp(args) => cli::mcp::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

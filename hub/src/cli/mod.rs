@@ -2,6 +2,7 @@
 //! that returns the process exit code.
 
 pub mod loadgen;
+pub mod mcp;
 pub mod protocol;
 pub mod serve;
 pub mod verify;

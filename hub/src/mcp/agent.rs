@@ -1,0 +1,320 @@
+//! The tools' logic: the agent's seats and what each tool does with them.
+//!
+//! [`Agent`] holds the seats of this agent on one hub (loaded from the state directory at
+//! start, so a restarted agent resumes its games), one watcher task per open seat, and the
+//! hub client. Each tool verifies the game before it answers ([`SeatHandle::sync`]); a
+//! person's move is checked locally against the verified board first, then signed and
+//! posted, and the answer is the verified state after it.
+//!
+//! What it deliberately does not do: speak MCP (that is [`super::tools`]) or shape results
+//! (that is [`super::state`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use games::{Action, Registry, Seat, Viewer};
+use serde_json::{json, Map, Value};
+use tokio::task::JoinHandle;
+
+use super::client::{HubClient, Seated};
+use super::seat::{is_custodial, Ctx, SeatHandle, Snapshot};
+use super::store::{SeatRecord, Store};
+use super::{state, watch, AgentError, Config};
+use crate::game::custody;
+
+/// `game_wait`'s default and longest wait.
+pub const WAIT_DEFAULT: Duration = Duration::from_secs(30);
+pub const WAIT_MAX: Duration = Duration::from_secs(300);
+/// Even with a healthy socket, a waiting tool looks again this often, so a socket that
+/// silently died costs a few seconds, not the whole wait.
+const WAIT_RECHECK: Duration = Duration::from_secs(10);
+
+/// What a tool answers: the seat's state and a note for the model.
+pub struct Answer {
+    pub state: Value,
+    pub note: Option<String>,
+    pub captures: usize,
+}
+
+impl Answer {
+    fn of(snap: &Snapshot, note: Option<String>) -> Answer {
+        Answer {
+            state: state::state(snap),
+            note,
+            captures: snap.captures,
+        }
+    }
+}
+
+/// The agent: its seats on one hub.
+pub struct Agent {
+    ctx: Arc<Ctx>,
+    inbox: String,
+    seats: Mutex<HashMap<String, Arc<SeatHandle>>>,
+    watchers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Ok(w) = self.watchers.lock() {
+            w.iter().for_each(JoinHandle::abort);
+        }
+    }
+}
+
+impl Agent {
+    /// Opens the state directory and resumes every seat this agent holds on the hub.
+    pub async fn open(config: Config) -> Result<Arc<Agent>, AgentError> {
+        let store = Store::open(&config.state_dir)?;
+        let client = HubClient::new(&config.hub)?;
+        let records = store.load(client.base())?;
+        let agent = Arc::new(Agent {
+            ctx: Arc::new(Ctx {
+                client,
+                store,
+                registry: Registry::builtin(),
+            }),
+            inbox: config.inbox,
+            seats: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(Vec::new()),
+        });
+        for record in records {
+            agent.adopt(record);
+        }
+        tracing::info!(seats = agent.handles().len(), "the agent resumed its seats");
+        Ok(agent)
+    }
+
+    fn adopt(&self, record: SeatRecord) -> Option<Arc<SeatHandle>> {
+        let handle = Arc::new(SeatHandle::new(record)?);
+        let task = watch::spawn(self.ctx.clone(), handle.clone());
+        if let Ok(mut w) = self.watchers.lock() {
+            w.retain(|t| !t.is_finished());
+            w.push(task);
+        }
+        if let Ok(mut seats) = self.seats.lock() {
+            seats.insert(handle.game.clone(), handle.clone());
+        }
+        Some(handle)
+    }
+
+    fn handles(&self) -> Vec<Arc<SeatHandle>> {
+        let mut v: Vec<_> = self
+            .seats
+            .lock()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.game.cmp(&b.game));
+        v
+    }
+
+    fn seat(&self, game: &str) -> Result<Arc<SeatHandle>, AgentError> {
+        let found = self.seats.lock().ok().and_then(|s| s.get(game).cloned());
+        found.ok_or_else(|| {
+            AgentError::Usage(format!(
+                "this agent holds no seat in game {}; game_list shows the games it holds",
+                state::escape(game)
+            ))
+        })
+    }
+
+    /// `game_new`: seat X of a new signed game; the answer carries the pairing code.
+    pub async fn new_game(
+        &self,
+        protocol: &str,
+        rules: Option<Map<String, Value>>,
+    ) -> Result<Answer, AgentError> {
+        let Some(p) = self.ctx.registry.get(protocol) else {
+            let known: Vec<_> = self.ctx.registry.iter().map(|p| p.refs()[0]).collect();
+            return Err(AgentError::Usage(format!(
+                "unknown protocol; this agent plays {}",
+                known.join(", ")
+            )));
+        };
+        let protocol = p.refs()[0].to_string();
+        let record = SeatRecord::mint(
+            self.ctx.client.base(),
+            &self.inbox,
+            Seat::X,
+            Some(protocol.clone()),
+        );
+        let key = record.public_key().unwrap_or_default();
+        self.ctx.store.save(&record)?;
+        let seated = self
+            .ctx
+            .client
+            .create_game(&self.inbox, &protocol, rules, &key)
+            .await?;
+        let code = seated.pairing_code.clone();
+        let mut answer = self.seated(record, seated).await?;
+        answer.state["pairingCode"] = json!(code);
+        answer.note = Some(
+            "Give the pairing code to the opponent's person; the game starts when they join."
+                .into(),
+        );
+        Ok(answer)
+    }
+
+    /// `game_join`: seat O of a game, by its pairing code.
+    pub async fn join(&self, code: &str) -> Result<Answer, AgentError> {
+        let record = SeatRecord::mint(self.ctx.client.base(), &self.inbox, Seat::O, None);
+        let key = record.public_key().unwrap_or_default();
+        self.ctx.store.save(&record)?;
+        let seated = self.ctx.client.pair(code.trim(), &key).await?;
+        self.seated(record, seated).await
+    }
+
+    /// Completes a record with the hub's answer, saves it, and starts watching the seat.
+    async fn seated(&self, mut record: SeatRecord, seated: Seated) -> Result<Answer, AgentError> {
+        record.inbox = seated.inbox;
+        record.game = Some(seated.game);
+        record.token = Some(seated.token);
+        self.ctx.store.save(&record)?;
+        let handle = self
+            .adopt(record)
+            .ok_or_else(|| AgentError::Usage("the hub answered with an unusable seat".into()))?;
+        let snap = handle.sync(&self.ctx).await?;
+        Ok(Answer::of(&snap, None))
+    }
+
+    /// `game_move`: the person's move (rock-paper-scissors: their choice).
+    pub async fn play(&self, game: &str, mv: Value) -> Result<Answer, AgentError> {
+        let handle = self.seat(game)?;
+        let mut rec = handle.lock().await;
+        let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
+        playable(&snap)?;
+        let chain = &snap.chain;
+        if is_custodial(chain) {
+            let choice = custody::parse_choice(&mv).ok_or_else(|| AgentError::Rejected {
+                reason: "illegal_move".into(),
+                detail: Some(
+                    "bad_move: send {\"choice\": \"rock\" | \"paper\" | \"scissors\"}".into(),
+                ),
+            })?;
+            if snap.committed_choice.is_some() || committed(&snap) {
+                return Err(AgentError::Usage(
+                    "your person's choice for this round is already committed; it is revealed by itself".into(),
+                ));
+            }
+            rec.held_choice = Some(choice.to_string());
+            self.ctx.store.save(&rec)?;
+            let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
+            let note = if snap.held_choice.is_some() {
+                "The choice is held by this agent and will be committed on your person's turn."
+            } else {
+                "The choice is committed; the agent reveals it once both seats have committed."
+            };
+            return Ok(Answer::of(&snap, Some(note.into())));
+        }
+        let seq = chain.seq().unwrap_or_default();
+        if Seat::to_move_at(seq + 1) != handle.seat {
+            return Err(AgentError::Usage(
+                "it is not your person's turn: use game_wait".into(),
+            ));
+        }
+        if let Some(board) = chain.board() {
+            board
+                .legal(handle.seat, &mv)
+                .map_err(|e| AgentError::Rejected {
+                    reason: "illegal_move".into(),
+                    detail: Some(e.detail.to_string()),
+                })?;
+        }
+        let event = handle.next_event(chain, Action::Move, Some(mv));
+        let answer = handle.post(&self.ctx, &rec, event).await?;
+        let note = refereed(&answer)?;
+        let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
+        Ok(Answer::of(&snap, note))
+    }
+
+    /// `game_board`: the verified state.
+    pub async fn board(&self, game: &str) -> Result<Answer, AgentError> {
+        let snap = self.seat(game)?.sync(&self.ctx).await?;
+        Ok(Answer::of(&snap, None))
+    }
+
+    /// `game_wait`: until it is the person's turn or the game is over, or `timeout`.
+    pub async fn wait(&self, game: &str, timeout: Duration) -> Result<Answer, AgentError> {
+        let handle = self.seat(game)?;
+        let deadline = tokio::time::Instant::now() + timeout.min(WAIT_MAX);
+        let mut changed = handle.changed.subscribe();
+        loop {
+            changed.borrow_and_update();
+            let snap = handle.sync(&self.ctx).await?;
+            if state::your_turn(&snap) || state::is_over(&snap) {
+                return Ok(Answer::of(&snap, None));
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                let note = "The wait timed out: the game still waits for the opponent. Call game_wait again.";
+                return Ok(Answer::of(&snap, Some(note.into())));
+            }
+            let step = (deadline - now).min(WAIT_RECHECK);
+            let _ = tokio::time::timeout(step, changed.changed()).await;
+        }
+    }
+
+    /// `game_resign`: the person gives up the game.
+    pub async fn resign(&self, game: &str) -> Result<Answer, AgentError> {
+        let handle = self.seat(game)?;
+        let mut rec = handle.lock().await;
+        let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
+        playable(&snap)?;
+        let event = handle.next_event(&snap.chain, Action::Resign, None);
+        let answer = handle.post(&self.ctx, &rec, event).await?;
+        let note = refereed(&answer)?;
+        let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
+        Ok(Answer::of(&snap, note))
+    }
+
+    /// `game_list`: every seat of this agent with its state (or why it cannot be shown).
+    pub async fn list(&self) -> Value {
+        let mut seats = Vec::new();
+        for handle in self.handles() {
+            seats.push(match handle.sync(&self.ctx).await {
+                Ok(snap) => state::state(&snap),
+                Err(e) => json!({"inbox": handle.inbox, "game": handle.game,
+                                 "seat": handle.seat.as_str(), "error": e.code(), "detail": e.to_string()}),
+            });
+        }
+        json!({ "seats": seats })
+    }
+}
+
+/// A move or resign needs a started game that is not over.
+fn playable(snap: &Snapshot) -> Result<(), AgentError> {
+    if !snap.chain.is_started() {
+        return Err(AgentError::Usage(
+            "the game has not started yet: use game_wait until the opponent has joined".into(),
+        ));
+    }
+    if state::is_over(snap) {
+        return Err(AgentError::Usage("the game is over".into()));
+    }
+    Ok(())
+}
+
+/// Whether the seat already committed in this round (rock-paper-scissors).
+fn committed(snap: &Snapshot) -> bool {
+    snap.chain
+        .board()
+        .is_some_and(|b| b.view(Viewer::Seat(snap.seat)).0["committed"][snap.seat.as_str()] == true)
+}
+
+/// The referee's answer to a post: an error when rejected, a note when not judged yet.
+fn refereed(answer: &super::client::PostAnswer) -> Result<Option<String>, AgentError> {
+    match answer.verdict() {
+        "accepted" => Ok(None),
+        "rejected" => Err(AgentError::Rejected {
+            reason: answer.body["error"]
+                .as_str()
+                .unwrap_or("rejected")
+                .to_string(),
+            detail: answer.body["detail"].as_str().map(str::to_string),
+        }),
+        other => Ok(Some(format!(
+            "The hub answered {other}: the referee has not judged the event yet."
+        ))),
+    }
+}

@@ -1,0 +1,236 @@
+//! The agent's side of the hub's HTTP API (DESIGN.md section 5).
+//!
+//! Only the routes a seat that holds its own key needs: create a game with X's public key,
+//! pair with O's, read the seat's view (before the start, the only thing to read), list a
+//! game's captures (every page, for verification), and post whole signed events with the
+//! seat token. Tokens travel in the `Authorization` header only, never in a URL, so no
+//! error of the HTTP client can quote one.
+//!
+//! What it deliberately does not do: trust anything it reads. Captures go to
+//! [`super::verify`] before any board is shown; this module only moves bytes.
+
+use std::time::Duration;
+
+use reqwest::{Client, Method, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::AgentError;
+
+/// How long any one request may take. A post waits up to 5 s for its verdict at the hub.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// The hub's largest page of captures.
+const PAGE: usize = 1000;
+
+/// A hub, reached over HTTP.
+#[derive(Clone, Debug)]
+pub struct HubClient {
+    base: String,
+    http: Client,
+}
+
+/// `POST …/games` or `POST /v1/pair`, answered.
+#[derive(Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Seated {
+    pub inbox: String,
+    pub game: String,
+    pub token: String,
+    #[serde(default)]
+    pub pairing_code: Option<String>,
+}
+
+/// One capture of a game, as the hub lists it.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CaptureItem {
+    pub capture: Option<String>,
+    pub event: Value,
+    pub verdict: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Page {
+    items: Vec<CaptureItem>,
+    next: Option<String>,
+}
+
+/// The hub's answer to a post: the status and its JSON body.
+#[derive(Clone, Debug)]
+pub struct PostAnswer {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl PostAnswer {
+    pub fn verdict(&self) -> &str {
+        self.body["verdict"].as_str().unwrap_or("")
+    }
+}
+
+impl HubClient {
+    pub fn new(base: &str) -> Result<HubClient, AgentError> {
+        let http = Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| AgentError::Transport(e.without_url().to_string()))?;
+        Ok(HubClient {
+            base: base.trim_end_matches('/').to_string(),
+            http,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The WebSocket relay's URL (`ws://…/v1/ws` or `wss://…`).
+    pub fn ws_url(&self) -> String {
+        let rest = self
+            .base
+            .strip_prefix("https://")
+            .map(|r| format!("wss://{r}"))
+            .or_else(|| {
+                self.base
+                    .strip_prefix("http://")
+                    .map(|r| format!("ws://{r}"))
+            })
+            .unwrap_or_else(|| self.base.clone());
+        format!("{rest}/v1/ws")
+    }
+
+    /// Creates a seated, signed game with X's public key.
+    pub async fn create_game(
+        &self,
+        inbox: &str,
+        protocol: &str,
+        rules: Option<Map<String, Value>>,
+        key: &str,
+    ) -> Result<Seated, AgentError> {
+        let mut body = json!({"protocol": protocol, "signed": true, "key": key});
+        if let Some(rules) = rules {
+            body["rules"] = Value::Object(rules);
+        }
+        let url = format!("{}/v1/inboxes/{}/games", self.base, seg(inbox));
+        self.json(Method::POST, &url, None, Some(body)).await
+    }
+
+    /// Redeems a pairing code with O's public key.
+    pub async fn pair(&self, code: &str, key: &str) -> Result<Seated, AgentError> {
+        let url = format!("{}/v1/pair", self.base);
+        let body = json!({"code": code, "key": key});
+        self.json(Method::POST, &url, None, Some(body)).await
+    }
+
+    /// The seat's own state as the hub tells it (`GET …/view`).
+    pub async fn view(&self, inbox: &str, game: &str, token: &str) -> Result<Value, AgentError> {
+        let url = format!(
+            "{}/v1/inboxes/{}/games/{}/view",
+            self.base,
+            seg(inbox),
+            seg(game)
+        );
+        self.json(Method::GET, &url, Some(token), None).await
+    }
+
+    /// Every capture of one game, in inbox order.
+    pub async fn captures(&self, inbox: &str, game: &str) -> Result<Vec<CaptureItem>, AgentError> {
+        let mut items = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut url = format!(
+                "{}/v1/inboxes/{}/events?game={}&limit={PAGE}",
+                self.base,
+                seg(inbox),
+                seg(game)
+            );
+            if let Some(a) = &after {
+                url.push_str(&format!("&after={}", seg(a)));
+            }
+            let page: Page = self.json(Method::GET, &url, None, None).await?;
+            items.extend(page.items);
+            match page.next {
+                Some(next) if after.as_ref() != Some(&next) => after = Some(next),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// Posts one whole event with the seat token; any refereed answer is returned, only
+    /// refusals before the inbox (4xx other than 422, 5xx) are errors.
+    pub async fn post_event(
+        &self,
+        inbox: &str,
+        token: &str,
+        event_json: String,
+    ) -> Result<PostAnswer, AgentError> {
+        let url = format!("{}/v1/inboxes/{}/events", self.base, seg(inbox));
+        let resp = self
+            .http
+            .post(&url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(event_json)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if status.is_success() || status == StatusCode::UNPROCESSABLE_ENTITY {
+            Ok(PostAnswer { status, body })
+        } else {
+            Err(hub_error(status, &body))
+        }
+    }
+
+    async fn json<T: for<'de> Deserialize<'de>>(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Result<T, AgentError> {
+        let mut req = self.http.request(method, url);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status();
+        let value: Value = resp.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            return Err(hub_error(status, &value));
+        }
+        serde_json::from_value(value)
+            .map_err(|e| AgentError::Transport(format!("the hub's answer is not understood: {e}")))
+    }
+}
+
+/// A transport error, without the URL (which names no secret, but keeps messages short).
+fn transport(e: reqwest::Error) -> AgentError {
+    AgentError::Transport(e.without_url().to_string())
+}
+
+fn hub_error(status: StatusCode, body: &Value) -> AgentError {
+    AgentError::Hub {
+        status: status.as_u16(),
+        code: body["error"].as_str().unwrap_or("error").to_string(),
+        detail: body["detail"].as_str().map(str::to_string),
+    }
+}
+
+/// Percent-encodes one path or query segment (ids are URL-safe, inbox names may not be).
+fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

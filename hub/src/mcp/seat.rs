@@ -1,0 +1,306 @@
+//! One seat of the agent: verify the game, then do what the agent owes on its own.
+//!
+//! [`SeatHandle::sync`] is the one step every tool and every WebSocket wake-up runs: fetch
+//! the game's captures, verify them ([`super::verify`]), and perform the seat's duties
+//! until none is left — write the start when the seat is X of a paired game, commit a
+//! rock-paper-scissors choice the person made once it is the seat's commit turn, reveal a
+//! commit once it is the seat's reveal turn. Each duty is a whole event the agent builds
+//! from the verified head and signs with the seat key. The seat's lock is held for the
+//! whole step, so a tool call and a wake-up never write the same event twice.
+//!
+//! The reveal needs no stored secret: the nonce is HKDF of the seat key with
+//! `inbox|game|seat|seq-of-the-commit`, and the choice is found by testing the three
+//! choices against the commit in the log ([`crate::game::custody::Custodian`]).
+//!
+//! What it deliberately does not do: decide the person's moves, or show anything: it
+//! returns a verified [`Snapshot`] and [`super::state`] shapes it.
+
+use games::crypto::{self, SecretKey};
+use games::protocol::CustodyStep;
+use games::verify::GameChain;
+use games::{Action, Event, Registry, Seat};
+use serde_json::{Map, Value};
+use tokio::sync::{watch, Mutex, MutexGuard};
+
+use super::client::{HubClient, PostAnswer};
+use super::store::{SeatRecord, Store};
+use super::verify::{self, Expect};
+use super::AgentError;
+use crate::game::custody::{self, Custodian};
+
+/// How many duties one sync performs at most (a start, a commit and a reveal at most are
+/// ever due at once; the bound only guards against a hub that keeps answering oddly).
+const MAX_DUTIES: usize = 4;
+
+/// What the agent needs to reach the hub and keep its seats.
+pub struct Ctx {
+    pub client: HubClient,
+    pub store: Store,
+    pub registry: Registry,
+}
+
+/// A verified look at the game.
+pub struct Snapshot {
+    pub inbox: String,
+    pub game: String,
+    pub seat: Seat,
+    /// The chain, verified by this agent (not started before the start).
+    pub chain: GameChain,
+    /// The hub's view of the seat while the game has no start (phase, protocol, keys).
+    pub before_start: Option<Value>,
+    /// The choice the person made that waits for the seat's commit turn.
+    pub held_choice: Option<String>,
+    /// The choice committed for the person and not revealed yet, recomputed from the log.
+    pub committed_choice: Option<&'static str>,
+    /// How many captures were checked.
+    pub captures: usize,
+}
+
+/// One seat of this agent.
+pub struct SeatHandle {
+    pub inbox: String,
+    pub game: String,
+    pub seat: Seat,
+    record: Mutex<SeatRecord>,
+    /// Bumped whenever the hub pushes something for this seat; `game_wait` waits on it.
+    pub changed: watch::Sender<u64>,
+}
+
+impl SeatHandle {
+    /// A handle for a complete record (game and token known).
+    pub fn new(record: SeatRecord) -> Option<SeatHandle> {
+        Some(SeatHandle {
+            inbox: record.inbox.clone(),
+            game: record.game.clone()?,
+            seat: record.seat()?,
+            record: Mutex::new(record),
+            changed: watch::Sender::new(0),
+        })
+    }
+
+    /// The seat token, for the WebSocket hello.
+    pub async fn token(&self) -> Option<String> {
+        self.record.lock().await.token.clone()
+    }
+
+    pub async fn lock(&self) -> MutexGuard<'_, SeatRecord> {
+        self.record.lock().await
+    }
+
+    /// Verifies the game and performs every duty that is due.
+    pub async fn sync(&self, ctx: &Ctx) -> Result<Snapshot, AgentError> {
+        let mut rec = self.record.lock().await;
+        self.sync_locked(ctx, &mut rec).await
+    }
+
+    /// [`Self::sync`] with the lock already held.
+    pub async fn sync_locked(
+        &self,
+        ctx: &Ctx,
+        rec: &mut SeatRecord,
+    ) -> Result<Snapshot, AgentError> {
+        for _ in 0..MAX_DUTIES {
+            let snap = self.fetch(ctx, rec).await?;
+            let Some(event) = self.duty(&snap, rec)? else {
+                return Ok(snap);
+            };
+            let answer = self.post(ctx, rec, event.0).await?;
+            match answer.verdict() {
+                "accepted" => {
+                    if event.1 == Duty::Commit {
+                        rec.held_choice = None;
+                        ctx.store.save(rec)?;
+                    }
+                    tracing::info!(game = %self.game, seat = %self.seat, duty = ?event.1, "wrote");
+                }
+                verdict => {
+                    tracing::warn!(game = %self.game, seat = %self.seat, duty = ?event.1,
+                        verdict, reason = answer.body["error"].as_str().unwrap_or(""),
+                        "the hub did not accept an event this agent owed");
+                    return self.fetch(ctx, rec).await;
+                }
+            }
+        }
+        self.fetch(ctx, rec).await
+    }
+
+    /// The captures, verified; before the start, also the hub's view of the seat.
+    pub async fn fetch(&self, ctx: &Ctx, rec: &SeatRecord) -> Result<Snapshot, AgentError> {
+        let token = rec.token.as_deref().unwrap_or_default();
+        let public = rec.public_key().unwrap_or_default();
+        let expect = Expect {
+            inbox: &self.inbox,
+            game: &self.game,
+            seat: self.seat,
+            public_key: &public,
+        };
+        let items = ctx.client.captures(&self.inbox, &self.game).await?;
+        let chain = verify::verify(&ctx.registry, &expect, &items)
+            .map_err(|f| AgentError::Verification(f.0))?;
+        let before_start = if chain.is_started() {
+            None
+        } else {
+            Some(ctx.client.view(&self.inbox, &self.game, token).await?)
+        };
+        let committed_choice = match chain.board().and_then(|b| b.custody(self.seat)) {
+            Some(CustodyStep::Reveal { commit, commit_seq }) => {
+                self.custodian(rec, |c| c.recover(self.seat, commit_seq, &commit))
+            }
+            _ => None,
+        };
+        Ok(Snapshot {
+            inbox: self.inbox.clone(),
+            game: self.game.clone(),
+            seat: self.seat,
+            chain,
+            before_start,
+            held_choice: rec.held_choice.clone(),
+            committed_choice,
+            captures: items.len(),
+        })
+    }
+
+    /// The event the agent owes now, if any.
+    fn duty(&self, snap: &Snapshot, rec: &SeatRecord) -> Result<Option<(Event, Duty)>, AgentError> {
+        if let Some(view) = &snap.before_start {
+            if self.seat == Seat::X && view["phase"] == "paired" {
+                return Ok(Some((self.start_event(view, rec)?, Duty::Start)));
+            }
+            return Ok(None);
+        }
+        let chain = &snap.chain;
+        let Some(board) = chain.board() else {
+            return Ok(None);
+        };
+        if chain.result().is_some_and(|r| r.is_over()) {
+            return Ok(None);
+        }
+        let mv = match board.custody(self.seat) {
+            Some(CustodyStep::Commit) => match &rec.held_choice {
+                Some(choice) => {
+                    let seq = chain.seq().unwrap_or_default() + 1;
+                    let mv = self.custodian(rec, |c| Some(c.commit_move(self.seat, seq, choice)));
+                    mv.map(|m| (m, Duty::Commit))
+                }
+                None => None,
+            },
+            Some(CustodyStep::Reveal { commit, commit_seq }) => {
+                let mv = self.custodian(rec, |c| c.reveal_move(self.seat, commit_seq, &commit));
+                match mv {
+                    Some(m) => Some((m, Duty::Reveal)),
+                    None => {
+                        return Err(AgentError::Verification(
+                            "this seat's commit in the log is not one this agent wrote".into(),
+                        ))
+                    }
+                }
+            }
+            None => None,
+        };
+        Ok(mv.map(|(mv, duty)| (self.next_event(chain, Action::Move, Some(mv)), duty)))
+    }
+
+    /// Runs `f` with this seat's custodian (the seat key as the HKDF secret).
+    fn custodian<T>(
+        &self,
+        rec: &SeatRecord,
+        f: impl FnOnce(&Custodian<'_>) -> Option<T>,
+    ) -> Option<T> {
+        let key = rec.signing_key()?;
+        let secret = key.to_bytes();
+        f(&Custodian {
+            secret: &secret,
+            inbox: &self.inbox,
+            game: &self.game,
+        })
+    }
+
+    /// The next event of this seat after the verified head.
+    pub fn next_event(&self, chain: &GameChain, action: Action, mv: Option<Value>) -> Event {
+        Event {
+            game: self.game.clone(),
+            seq: chain.seq().map_or(0, |s| s + 1),
+            prev_hash: chain.head().unwrap_or_default().to_string(),
+            player: self.seat,
+            action,
+            mv,
+            protocol: None,
+            rules: None,
+            status: None,
+            sig: None,
+        }
+    }
+
+    /// X's start of a paired game: the registered protocol and rules, both keys, and this
+    /// inbox in `rules.inboxes`, so the signed chain cannot be replayed elsewhere.
+    fn start_event(&self, view: &Value, rec: &SeatRecord) -> Result<Event, AgentError> {
+        let mine = rec.public_key().unwrap_or_default();
+        let (Some(x), Some(o)) = (view["keys"]["X"].as_str(), view["keys"]["O"].as_str()) else {
+            return Err(AgentError::Verification(
+                "the paired game does not show both seats' keys".into(),
+            ));
+        };
+        if x != mine || crypto::public_key(o).is_none() {
+            return Err(AgentError::Verification(
+                "the hub shows a key for X that is not this agent's, or a bad key for O".into(),
+            ));
+        }
+        let protocol = view["protocol"].as_str().or(rec.protocol.as_deref());
+        let mut rules: Map<String, Value> = view["rules"].as_object().cloned().unwrap_or_default();
+        let mut keys = Map::new();
+        keys.insert("X".into(), Value::from(x));
+        keys.insert("O".into(), Value::from(o));
+        rules.insert("keys".into(), Value::Object(keys));
+        rules.insert("inboxes".into(), Value::from(vec![self.inbox.clone()]));
+        Ok(Event {
+            game: self.game.clone(),
+            seq: 0,
+            prev_hash: String::new(),
+            player: Seat::X,
+            action: Action::Start,
+            mv: None,
+            protocol: protocol.map(str::to_string),
+            rules: Some(rules),
+            status: None,
+            sig: None,
+        })
+    }
+
+    /// Signs and posts one event of this seat.
+    pub async fn post(
+        &self,
+        ctx: &Ctx,
+        rec: &SeatRecord,
+        mut event: Event,
+    ) -> Result<PostAnswer, AgentError> {
+        let key = rec
+            .signing_key()
+            .ok_or_else(|| AgentError::Usage("this seat's key file is damaged".into()))?;
+        sign(&mut event, &key);
+        let token = rec.token.as_deref().unwrap_or_default();
+        ctx.client
+            .post_event(&self.inbox, token, event.to_json())
+            .await
+    }
+}
+
+/// What a duty was, for logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Duty {
+    Start,
+    Commit,
+    Reveal,
+}
+
+fn sign(event: &mut Event, key: &SecretKey) {
+    event.sig = None;
+    let bytes = games::canonical::canonical_bytes(event);
+    event.sig = Some(crypto::sign(key, &bytes));
+}
+
+/// True when the game is played with commit-reveal custody (the person sends `{"choice"}`).
+pub fn is_custodial(chain: &GameChain) -> bool {
+    chain
+        .protocol()
+        .is_some_and(|p| custody::is_custodial(p.as_ref()))
+}

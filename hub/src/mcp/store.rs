@@ -1,0 +1,219 @@
+//! The agent's seats on disk: one small JSON file per seat, readable by its user only.
+//!
+//! A seat file holds what makes the agent a seat: the hub and inbox, the game id, X or O,
+//! the seat token, the Ed25519 secret key the agent minted for it, and a rock-paper-scissors
+//! choice the person made before the seat's commit turn (held by the agent, as the hub holds
+//! one for a hub-held seat). The key is written **before** the agent posts its public key,
+//! so a crash between the post and the answer loses a token, never a key that signs a
+//! registered game; the token is added as soon as the hub answers. Files are written
+//! whole (a temporary file, then a rename) with mode 0600 in a directory of mode 0700.
+//!
+//! The file name comes from the seat's public key, which is known before the post and
+//! unique per seat. Nonces are never stored: they are derived from the key when needed.
+//!
+//! What this module deliberately does not do: talk to the hub or judge a game. It also
+//! never prints a record: [`SeatRecord`]'s `Debug` leaves out the token and the key.
+
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use games::crypto::{self, SecretKey};
+use games::Seat;
+use serde::{Deserialize, Serialize};
+
+/// One seat of this agent, as stored.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeatRecord {
+    /// The hub's base URL, as given with `--hub`.
+    pub hub: String,
+    pub inbox: String,
+    /// `None` until the hub answered the create or the pair.
+    pub game: Option<String>,
+    /// `"X"` or `"O"`.
+    pub seat: String,
+    /// The protocol ref the game was created with (the guest learns it from its view).
+    pub protocol: Option<String>,
+    /// The seat token; `None` until the hub answered.
+    pub token: Option<String>,
+    /// The seat's Ed25519 secret key, 64 hex characters.
+    key: String,
+    /// A rock-paper-scissors choice waiting for this seat's commit turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_choice: Option<String>,
+}
+
+impl fmt::Debug for SeatRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SeatRecord")
+            .field("hub", &self.hub)
+            .field("inbox", &self.inbox)
+            .field("game", &self.game)
+            .field("seat", &self.seat)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SeatRecord {
+    /// A new seat with a freshly minted key, before anything is posted.
+    pub fn mint(hub: &str, inbox: &str, seat: Seat, protocol: Option<String>) -> SeatRecord {
+        let mut bytes = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut bytes);
+        let key = SecretKey::from_bytes(&bytes);
+        SeatRecord {
+            hub: hub.to_string(),
+            inbox: inbox.to_string(),
+            game: None,
+            seat: seat.as_str().to_string(),
+            protocol,
+            token: None,
+            key: hex::encode(key.to_bytes()),
+            held_choice: None,
+        }
+    }
+
+    pub fn seat(&self) -> Option<Seat> {
+        Seat::parse(&self.seat)
+    }
+
+    /// The seat's signing key; `None` when the file was damaged.
+    pub fn signing_key(&self) -> Option<SecretKey> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(&self.key, &mut bytes).ok()?;
+        Some(SecretKey::from_bytes(&bytes))
+    }
+
+    /// The public key the hub registers, 64 hex characters.
+    pub fn public_key(&self) -> Option<String> {
+        self.signing_key()
+            .map(|k| crypto::public_key_hex(&k.verifying_key()))
+    }
+
+    /// The file name: derived from the public key, so known before the first post.
+    fn file_name(&self) -> String {
+        let public = self.public_key().unwrap_or_default();
+        format!("seat-{}.json", &public[..public.len().min(32)])
+    }
+}
+
+/// The directory of this agent's seats.
+#[derive(Clone, Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating it with mode 0700) the seats directory under `root`.
+    pub fn open(root: &Path) -> std::io::Result<Store> {
+        let dir = root.join("seats");
+        for d in [root, dir.as_path()] {
+            fs::create_dir_all(d)?;
+            restrict(d, 0o700)?;
+        }
+        Ok(Store { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes a record whole: a private temporary file, flushed, then renamed over the old.
+    pub fn save(&self, record: &SeatRecord) -> std::io::Result<()> {
+        let text = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
+        let path = self.dir.join(record.file_name());
+        let tmp = self.dir.join(format!(".{}.tmp", record.file_name()));
+        let mut file = private_file(&tmp)?;
+        file.write_all(&text)?;
+        file.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        Ok(())
+    }
+
+    /// Every complete seat (game and token known) of the hub `hub`.
+    pub fn load(&self, hub: &str) -> std::io::Result<Vec<SeatRecord>> {
+        let mut seats = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let is_seat = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("seat-") && n.ends_with(".json"));
+            if !is_seat {
+                continue;
+            }
+            let Ok(text) = fs::read(&path) else { continue };
+            match serde_json::from_slice::<SeatRecord>(&text) {
+                Ok(r) if r.hub == hub && r.game.is_some() && r.token.is_some() => seats.push(r),
+                Ok(_) => {}
+                Err(_) => tracing::warn!(file = %path.display(), "an unreadable seat file"),
+            }
+        }
+        Ok(seats)
+    }
+}
+
+#[cfg(unix)]
+fn restrict(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn restrict(_path: &Path, _mode: u32) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(unix)]
+fn private_file(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn private_file(path: &Path) -> std::io::Result<fs::File> {
+    fs::File::create(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seat_round_trips_and_only_complete_seats_of_this_hub_load() {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let store = Store::open(tmp.path()).expect("opens");
+        let mut a = SeatRecord::mint("http://h", "lobby", Seat::X, Some("p".into()));
+        store.save(&a).expect("saves before posting");
+        assert!(store.load("http://h").expect("loads").is_empty());
+        a.game = Some("g1".into());
+        a.token = Some("t".into());
+        store.save(&a).expect("saves");
+        let other = SeatRecord::mint("http://other", "lobby", Seat::O, None);
+        store.save(&other).expect("saves");
+        let loaded = store.load("http://h").expect("loads");
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].public_key(), a.public_key());
+        assert!(!format!("{:?}", loaded[0]).contains(&a.key));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn files_are_private_to_the_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let store = Store::open(&tmp.path().join("state")).expect("opens");
+        let r = SeatRecord::mint("http://h", "i", Seat::O, None);
+        store.save(&r).expect("saves");
+        let mode = |p: &Path| fs::metadata(p).expect("exists").permissions().mode() & 0o777;
+        assert_eq!(mode(store.dir()), 0o700);
+        assert_eq!(mode(&tmp.path().join("state")), 0o700);
+        assert_eq!(mode(&store.dir().join(r.file_name())), 0o600);
+    }
+}
