@@ -391,3 +391,40 @@ fn sigterm_stops_the_hub_cleanly_with_everything_acknowledged_kept() {
     let state = c.get(&hub.url("/v1/inboxes/term/games/t")).json();
     assert_eq!(state["seq"], 0, "{state}");
 }
+
+#[test]
+fn failed_pairing_attempts_are_limited_per_address_and_successes_are_not() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    // Successful pairs do not count: more than ten in a row all succeed.
+    for _ in 0..11 {
+        Seated::new(&hub, &c, "pairs", TTT);
+    }
+    let pair = hub.url("/v1/pair");
+    for _ in 0..10 {
+        let res = c.post(&pair, None, &json!({"code": "00000000"}));
+        assert_eq!(res.status, 404, "{}", res.body);
+    }
+    let limited = c.post(&pair, None, &json!({"code": "00000000"}));
+    assert_eq!(
+        (limited.status, limited.error().as_str()),
+        (429, "rate_limited")
+    );
+    assert!(limited.header("retry-after").is_some());
+    // Even a valid code waits: the address is out of guesses for now.
+    let created = c
+        .post(&hub.url("/v1/inboxes/pairs/games"), None, &json!({}))
+        .json();
+    let res = c.post(&pair, None, &json!({"code": created["pairingCode"]}));
+    assert_eq!(res.status, 429, "{}", res.body);
+}
+
+#[test]
+fn oversized_headers_get_a_json_431() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let big = "a".repeat(20 * 1024);
+    let res = c.send("GET", &hub.url("/healthz"), Some(&big), None, None);
+    assert_eq!(res.status, 431, "{}", res.body);
+    assert_eq!(res.error(), "headers_too_large");
+}
