@@ -22,7 +22,20 @@ pub use ed25519_dalek::{SigningKey as SecretKey, VerifyingKey as PublicKey};
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    to_hex(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex of `bytes`. The `hex` crate's encoder goes char by char through an
+/// iterator; on the verifier's hot path (one hash per event) a table is several times faster.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 15)]);
+    }
+    // Only ASCII digits were written, so this is valid UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Decodes a public key from 64 lowercase hex characters, refusing keys that are not a
@@ -39,7 +52,7 @@ pub fn public_key(hex_key: &str) -> Option<VerifyingKey> {
 
 /// The public key as 64 lowercase hex characters.
 pub fn public_key_hex(key: &VerifyingKey) -> String {
-    hex::encode(key.as_bytes())
+    to_hex(key.as_bytes())
 }
 
 /// Checks a signature given as 128 lowercase hex characters over `msg`, strictly.
@@ -54,7 +67,7 @@ pub fn verify(key: &VerifyingKey, msg: &[u8], sig_hex: &str) -> bool {
 
 /// Signs `msg`; the signature as 128 lowercase hex characters.
 pub fn sign(key: &SigningKey, msg: &[u8]) -> String {
-    hex::encode(key.sign(msg).to_bytes())
+    to_hex(&key.sign(msg).to_bytes())
 }
 
 /// A hub-held seat's signing key: HKDF-SHA-256 of the hub secret, info `inbox|game|seat`.
@@ -67,7 +80,7 @@ pub fn seat_key(secret: &[u8], inbox: &str, game: &str, seat: crate::Seat) -> Si
 /// `inbox|game|seat|seq` where seq is that of the commit event, as 64 lowercase hex.
 pub fn rps_nonce(secret: &[u8], inbox: &str, game: &str, seat: crate::Seat, seq: u64) -> String {
     let info = format!("{inbox}|{game}|{seat}|{seq}");
-    hex::encode(hkdf32(secret, info.as_bytes()))
+    to_hex(&hkdf32(secret, info.as_bytes()))
 }
 
 /// The commit to a rock-paper-scissors choice: SHA-256 of the text `choice:nonce`, with
@@ -77,7 +90,7 @@ pub fn rps_commit(choice: &str, nonce: &str) -> String {
     h.update(choice.as_bytes());
     h.update(b":");
     h.update(nonce.as_bytes());
-    hex::encode(h.finalize())
+    to_hex(&h.finalize())
 }
 
 fn hkdf32(secret: &[u8], info: &[u8]) -> [u8; 32] {
@@ -91,6 +104,12 @@ fn hkdf32(secret: &[u8], info: &[u8]) -> [u8; 32] {
 mod tests {
     use super::*;
     use crate::Seat;
+
+    #[test]
+    fn hex_matches_the_hex_crate() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(to_hex(&bytes), hex::encode(&bytes));
+    }
 
     #[test]
     fn sha256_of_abc() {

@@ -11,6 +11,7 @@
 use crate::json;
 use crate::reason::{Reason, Refusal};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::fmt;
 
 /// A seat: X authors the start and moves on odd seq, O moves on even seq.
@@ -148,51 +149,61 @@ impl Event {
 
     /// [`Event::parse`] with another size limit.
     pub fn parse_with_limit(raw: &[u8], limit: usize) -> Result<Event, Refusal> {
-        Event::from_object(json::parse_object(raw, limit)?)
+        Event::from_members(json::parse_members(raw, limit)?)
     }
 
     /// The `schema` step alone, on an object that passed the JSON checks.
-    pub fn from_object(mut map: Map<String, Value>) -> Result<Event, Refusal> {
-        if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-            return Err(schema(unknown));
+    pub fn from_object(map: Map<String, Value>) -> Result<Event, Refusal> {
+        Event::from_members(map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect())
+    }
+
+    /// The `schema` step on the members of an object with unique keys.
+    pub fn from_members(members: json::Members<'_>) -> Result<Event, Refusal> {
+        let mut slots: [Option<Value>; 10] = Default::default();
+        for (key, value) in members {
+            let i = FIELDS
+                .iter()
+                .position(|f| *f == key)
+                .ok_or(schema("unknown"))?;
+            slots[i] = Some(value);
         }
-        let game = take_string(&mut map, "game")?;
+        let [game, seq, prev_hash, player, action, mv, protocol, rules, status, sig] = slots;
+        let game = string(game, "game")?;
         if !is_game_id(&game) {
             return Err(schema("game"));
         }
-        let seq = match map.remove("seq") {
+        let seq = match seq {
             Some(Value::Number(n)) => n.as_u64().ok_or_else(|| schema("seq"))?,
             _ => return Err(schema("seq")),
         };
-        let prev_hash = take_string(&mut map, "prevHash")?;
+        let prev_hash = string(prev_hash, "prevHash")?;
         if !(prev_hash.is_empty() || is_lower_hex(&prev_hash, 64)) {
             return Err(schema("prevHash"));
         }
-        let player = Seat::parse(&take_string(&mut map, "player")?).ok_or(schema("player"))?;
-        let action = Action::parse(&take_string(&mut map, "action")?).ok_or(schema("action"))?;
-        let mv = map.remove("move");
+        let player = Seat::parse(&string(player, "player")?).ok_or(schema("player"))?;
+        let action = Action::parse(&string(action, "action")?).ok_or(schema("action"))?;
         match (action, &mv) {
             (Action::Move, Some(Value::Object(_))) | (Action::Resign | Action::Start, None) => {}
             // A start with any move passes here so the verifier can say start_has_move.
             (Action::Start, Some(_)) => {}
             _ => return Err(schema("move")),
         }
-        let protocol = match map.remove("protocol") {
+        let protocol = match protocol {
             None => None,
             Some(Value::String(s)) if action == Action::Start => Some(s),
             Some(_) => return Err(schema("protocol")),
         };
-        let rules = match map.remove("rules") {
+        let rules = match rules {
             None => None,
             Some(Value::Object(m)) if action == Action::Start => Some(m),
             Some(_) => return Err(schema("rules")),
         };
-        let status = match map.remove("status") {
+        let status = match status {
             None => None,
             Some(Value::String(s)) => Some(Status::parse(&s).ok_or(schema("status"))?),
             Some(_) => return Err(schema("status")),
         };
-        let sig = match map.remove("sig") {
+        let sig = match sig {
             None => None,
             Some(Value::String(s)) if is_lower_hex(&s, 128) => Some(s),
             Some(_) => return Err(schema("sig")),
@@ -253,8 +264,8 @@ fn schema(_field: &str) -> Refusal {
     Refusal::new(Reason::Schema)
 }
 
-fn take_string(map: &mut Map<String, Value>, field: &str) -> Result<String, Refusal> {
-    match map.remove(field) {
+fn string(value: Option<Value>, field: &str) -> Result<String, Refusal> {
+    match value {
         Some(Value::String(s)) => Ok(s),
         _ => Err(schema(field)),
     }

@@ -22,6 +22,7 @@
 
 use crate::reason::{Reason, Refusal};
 use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
 
 /// The default size limit of one input, in bytes, without its line ending.
 pub const MAX_BYTES: usize = 4096;
@@ -74,6 +75,52 @@ pub fn parse_object(raw: &[u8], limit: usize) -> Result<Map<String, Value>, Refu
     }
 }
 
+/// The members of a top-level object in input order, keys borrowed from the input when
+/// they hold no escapes. Events are read this way: a top-level map would cost a tree of
+/// allocations only to be taken apart again at once.
+pub type Members<'a> = Vec<(Cow<'a, str>, Value)>;
+
+/// Parses one input that must be a JSON object into its [`Members`], with the same
+/// refusals and precedence as [`parse_object`].
+pub fn parse_members(raw: &[u8], limit: usize) -> Result<Members<'_>, Refusal> {
+    if raw.len() > limit {
+        return Err(Refusal::new(Reason::TooLarge));
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| Refusal::new(Reason::BadJson))?;
+    if !starts_with_object(raw) {
+        return Err(Refusal::new(Reason::BadJson));
+    }
+    let mut p = Parser {
+        s: text.as_bytes(),
+        text,
+        pos: 0,
+        duplicate: false,
+        bad_number: false,
+    };
+    let members = p
+        .members_document()
+        .map_err(|()| Refusal::new(Reason::BadJson))?;
+    if p.duplicate || has_duplicate(&members) {
+        Err(Refusal::new(Reason::DuplicateKey))
+    } else if p.bad_number {
+        Err(Refusal::new(Reason::BadNumber))
+    } else {
+        Ok(members)
+    }
+}
+
+fn has_duplicate(members: &Members<'_>) -> bool {
+    if members.len() <= 16 {
+        return members
+            .iter()
+            .enumerate()
+            .any(|(i, (k, _))| members[..i].iter().any(|(seen, _)| seen == k));
+    }
+    let mut keys: Vec<&str> = members.iter().map(|(k, _)| k.as_ref()).collect();
+    keys.sort_unstable();
+    keys.windows(2).any(|w| w[0] == w[1])
+}
+
 fn starts_with_object(raw: &[u8]) -> bool {
     raw.iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
@@ -91,7 +138,62 @@ struct Parser<'a> {
     bad_number: bool,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
+    fn members_document(&mut self) -> Syntax<Members<'a>> {
+        self.ws();
+        self.eat(b'{')?;
+        let mut members = Vec::with_capacity(8);
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+        } else {
+            loop {
+                self.ws();
+                if self.peek() != Some(b'"') {
+                    return Err(());
+                }
+                let key = self.key()?;
+                self.ws();
+                self.eat(b':')?;
+                self.ws();
+                members.push((key, self.value(1)?));
+                self.ws();
+                match self.peek() {
+                    Some(b',') => self.pos += 1,
+                    Some(b'}') => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return Err(()),
+                }
+            }
+        }
+        self.ws();
+        if self.pos == self.s.len() {
+            Ok(members)
+        } else {
+            Err(())
+        }
+    }
+
+    /// A string borrowed from the input when it holds no escapes.
+    fn key(&mut self) -> Syntax<Cow<'a, str>> {
+        let start = self.pos + 1;
+        let mut i = start;
+        while let Some(&b) = self.s.get(i) {
+            if b == b'"' {
+                let key = self.text.get(start..i).ok_or(())?;
+                self.pos = i + 1;
+                return Ok(Cow::Borrowed(key));
+            }
+            if b == b'\\' || b < 0x20 {
+                break;
+            }
+            i += 1;
+        }
+        self.escaped_string().map(Cow::Owned)
+    }
+
     fn document(&mut self) -> Syntax<Value> {
         self.ws();
         let v = self.value(0)?;
@@ -271,6 +373,11 @@ impl Parser<'_> {
     }
 
     fn string(&mut self) -> Syntax<String> {
+        self.key().map(Cow::into_owned)
+    }
+
+    /// A string with escapes (or a syntax error) in it, decoded piece by piece.
+    fn escaped_string(&mut self) -> Syntax<String> {
         self.pos += 1; // the opening quote
         let mut out = String::new();
         loop {
@@ -435,5 +542,26 @@ mod tests {
             assert_eq!(r.reason, Reason::BadJson, "input {input}");
         }
         assert!(parse_object(b"{}", MAX_BYTES).is_ok());
+    }
+
+    #[test]
+    fn members_refuse_like_objects() {
+        let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
+        let unique = format!("{{{}}}", many.join(","));
+        let dup = format!("{{{},\"k7\":1}}", many.join(","));
+        for input in [
+            unique.as_str(),
+            dup.as_str(),
+            r#"{"a":1,"a":2}"#,
+            r#"{"a\u0062":1,"ab":2}"#,
+            r#" {"a":1.5} "#,
+            r#"{"a":1,"a":1.5,"b":}"#,
+            "[1]",
+            "{}",
+        ] {
+            let want = parse_object(input.as_bytes(), MAX_BYTES).map(|m| m.len());
+            let got = parse_members(input.as_bytes(), MAX_BYTES).map(|m| m.len());
+            assert_eq!(got, want, "{input}");
+        }
     }
 }
