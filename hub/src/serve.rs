@@ -19,9 +19,10 @@ use actix_web::HttpServer;
 use crate::config::{Config, ConfigError};
 use crate::game::{Hub, HubConfig, HubError};
 use crate::http;
+use crate::inbox::embedded::EmbeddedInbox;
 use crate::inbox::{Inbox, StoreError};
 use crate::limits::{EventLimiter, PairingLimiter};
-use crate::meta::Meta;
+use crate::meta::{EmbeddedMeta, Meta};
 use crate::metrics::Metrics;
 use crate::relay::HubRooms;
 
@@ -151,14 +152,20 @@ async fn housekeep(state: http::AppState) {
     }
 }
 
-/// Opens the embedded store and meta under the data directory.
+/// Opens the embedded inbox and meta store, which share the data directory.
 async fn open_store(
     config: &Config,
     metrics: &Arc<Metrics>,
 ) -> Result<(Arc<dyn Inbox>, Arc<dyn Meta>), ServeError> {
-    let _ = (config, metrics);
-    Err(
-        StoreError::Unavailable("the embedded store has not landed in this build yet".into())
-            .into(),
-    )
+    let _ = metrics;
+    let inbox = EmbeddedInbox::open(&config.data, config.shards)?;
+    if inbox.shards() != config.shards {
+        tracing::info!(
+            requested = config.shards,
+            kept = inbox.shards(),
+            "the store keeps the shard count it was created with"
+        );
+    }
+    let meta = EmbeddedMeta::open(&config.data)?;
+    Ok((Arc::new(inbox), Arc::new(meta)))
 }
