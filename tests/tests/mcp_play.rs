@@ -1,0 +1,190 @@
+//! Two AI-assistant agents (`pipehub mcp`) play full games against a real hub, driven by a
+//! real MCP client nobody here wrote: the official MCP Python SDK (see `mcp_support`).
+//!
+//! One run plays tic-tac-toe, connect-four and rock-paper-scissors to a win, and a
+//! tic-tac-toe game that O resigns after a refused move; both tests below look at that one
+//! run. The first checks the games as both seats saw them and what the hub exported; the
+//! second scans every tool result and every log line of it for the agents' secrets: seat
+//! keys, seat tokens and every rock-paper-scissors nonce the agents could have derived.
+
+mod mcp_support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use games::Seat;
+use mcp_support::{drive, seat_files, unhex, Run};
+use pipehub_tests::{verify, Client, Hub};
+use serde_json::Value;
+
+struct Played {
+    hub: Hub,
+    run: Run,
+    states: [PathBuf; 2],
+    _work: tempfile::TempDir,
+}
+
+/// The one shared run (the tests of this file run in parallel and wait for it).
+fn played() -> &'static Played {
+    static PLAYED: OnceLock<Played> = OnceLock::new();
+    PLAYED.get_or_init(|| {
+        let hub = Hub::start(&[]);
+        let work = tempfile::tempdir().expect("a temporary directory");
+        let states = [work.path().join("agent-x"), work.path().join("agent-o")];
+        let run = drive(
+            "play",
+            &hub.base,
+            &[&states[0], &states[1]],
+            work.path(),
+            Duration::from_secs(240),
+        );
+        Played {
+            hub,
+            run,
+            states,
+            _work: work,
+        }
+    })
+}
+
+fn result(state: &Value) -> (String, String, String) {
+    let r = &state["result"];
+    let s = |v: &Value| v.as_str().unwrap_or("null").to_string();
+    (s(&r["status"]), s(&r["winner"]), s(&r["by"]))
+}
+
+#[test]
+fn two_agents_play_every_protocol_to_the_end() {
+    let p = played();
+    let summary = &p.run.summary;
+    let expected = [
+        ("tic-tac-toe", "pipehub:tic-tac-toe", "line"),
+        ("connect-four", "pipehub:connect-four", "line"),
+        (
+            "rock-paper-scissors",
+            "pipehub:rock-paper-scissors",
+            "score",
+        ),
+        ("resign", "pipehub:tic-tac-toe", "resign"),
+    ];
+    let client = Client::new();
+    for (name, protocol, by) in expected {
+        let game = &summary[name];
+        for seat in ["X", "O"] {
+            let state = &game[seat];
+            assert_eq!(state["seat"], seat, "{name}: {state}");
+            assert_eq!(state["protocol"], protocol, "{name}");
+            assert_eq!(state["signed"], true, "{name}: signed play is the default");
+            assert_eq!(
+                result(state),
+                ("win".into(), "X".into(), by.into()),
+                "{name} as {seat} saw it: {state}"
+            );
+            assert_eq!(state["yourTurn"], false);
+        }
+        // Both seats verified the same chain head, and so does the hub's export.
+        assert_eq!(game["X"]["head"], game["O"]["head"], "{name}");
+        let id = game["game"].as_str().expect("a game id");
+        let export = client.get(&p.hub.url(&format!("/v1/inboxes/default/games/{id}/export")));
+        assert_eq!(export.status, 200, "{name}: {}", export.body);
+        let (code, report) = verify(&["--json"], &export.body);
+        assert_eq!(code, 0, "{name}: the exported chain verifies: {report}");
+        let state = client
+            .get(&p.hub.url(&format!("/v1/inboxes/default/games/{id}")))
+            .json();
+        assert_eq!(state["head"], game["X"]["head"], "{name}: the hub agrees");
+        assert_eq!(
+            state["keys"], game["X"]["keys"],
+            "{name}: the agents' own keys"
+        );
+    }
+    // The guest's choice was held by its agent until its commit turn, and shown to it.
+    let held = p.run.results.iter().any(|r| {
+        r["agent"] == "b"
+            && r["tool"] == "game_move"
+            && r["structuredContent"]["view"]["pendingChoice"] == "rock"
+    });
+    assert!(held, "O saw its own pending choice");
+    // A refused move is an error result that names the reason, with no state in it.
+    let refused = p
+        .run
+        .results
+        .iter()
+        .find(|r| r["isError"] == true)
+        .expect("the refused move");
+    assert!(refused["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("occupied")));
+    for (list, seat) in [("listX", "X"), ("listO", "O")] {
+        let seats = summary[list]["seats"].as_array().expect("seats");
+        assert_eq!(seats.len(), 4, "{list}");
+        assert!(seats
+            .iter()
+            .all(|s| s["seat"] == seat && s["phase"] == "started"));
+    }
+    // Every successful result shows the board as untrusted text.
+    for r in p.run.results.iter().filter(|r| r["isError"] == false) {
+        if r["tool"] != "game_list" {
+            let text = r["text"].as_str().unwrap_or_default();
+            assert!(text.contains("<untrusted-board>\n"), "{text}");
+            assert!(text.ends_with("</untrusted-board>"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn no_key_token_or_nonce_in_any_tool_result_or_log() {
+    let p = played();
+    let haystack = format!("{}\n{}", p.run.transcript, p.hub.log());
+    let mut secrets = Vec::new();
+    for state in &p.states {
+        for file in seat_files(state) {
+            assert_private(&file.path, 0o600);
+            let r = &file.record;
+            let key = r["key"].as_str().expect("the seat key").to_string();
+            let token = r["token"].as_str().expect("the seat token").to_string();
+            let seat = Seat::parse(r["seat"].as_str().expect("a seat")).expect("X or O");
+            let (inbox, game) = (
+                r["inbox"].as_str().expect("inbox"),
+                r["game"].as_str().expect("game"),
+            );
+            // Every nonce the agent could derive for this seat, revealed or not.
+            for seq in 0..64 {
+                secrets.push(games::crypto::rps_nonce(
+                    &unhex(&key),
+                    inbox,
+                    game,
+                    seat,
+                    seq,
+                ));
+            }
+            secrets.push(key);
+            secrets.push(token);
+        }
+        assert_private(&state.join("seats"), 0o700);
+        assert_private(state, 0o700);
+    }
+    assert_eq!(secrets.len(), 8 * 66, "four games, two seats each");
+    assert!(p.run.results.len() > 40, "the scan has something to scan");
+    for secret in &secrets {
+        assert!(
+            !haystack.contains(secret.as_str()),
+            "a secret appears in a tool result or a log"
+        );
+    }
+}
+
+#[cfg(unix)]
+fn assert_private(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(path)
+        .expect("exists")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(m, mode, "{} has mode {m:o}", path.display());
+}
+
+#[cfg(not(unix))]
+fn assert_private(_path: &std::path::Path, _mode: u32) {}

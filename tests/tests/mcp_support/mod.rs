@@ -1,0 +1,146 @@
+//! What the agent tests share: the MCP client (the official MCP Python SDK, driven by
+//! `tests/mcp/driver.py`), run with a deadline, and the secrets of an agent's state
+//! directory to scan for.
+//!
+//! The client is the Python of the virtual environment `scripts/test` creates
+//! (`.venv/mcp`, PyPI `mcp` 2.3.0), found at `$PIPEHUB_MCP_PYTHON`, else at
+//! `<workspace>/.venv/mcp/bin/python`. When it is missing the tests fail and say how to
+//! create it; they never skip.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const SETUP: &str = "run scripts/test, which creates it (python3 -m venv .venv/mcp && \
+                     .venv/mcp/bin/pip install mcp==2.3.0) and exports PIPEHUB_MCP_PYTHON";
+
+/// The Python that has the MCP SDK; panics, naming scripts/test, when there is none.
+pub fn python() -> PathBuf {
+    let path = std::env::var_os("PIPEHUB_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join(".venv/mcp/bin/python"));
+    let ok = Command::new(&path)
+        .args(["-c", "import mcp.client.stdio"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "no Python with the MCP SDK at {}: {SETUP}",
+        path.display()
+    );
+    path
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// What one run of the driver left behind.
+pub struct Run {
+    /// The scenario's summary (its standard output, one JSON object).
+    pub summary: Value,
+    /// Every tool result, in call order.
+    pub results: Vec<Value>,
+    /// The raw text of the results file, of the agents' logs and of the driver's output.
+    pub transcript: String,
+}
+
+/// Runs one scenario of `tests/mcp/driver.py` against `hub`, one agent per state directory.
+pub fn drive(scenario: &str, hub: &str, states: &[&Path], work: &Path, deadline: Duration) -> Run {
+    let python = python();
+    let logs = work.join(format!("logs-{scenario}"));
+    std::fs::create_dir_all(&logs).expect("a log directory");
+    let out = work.join(format!("{scenario}.jsonl"));
+    let mut cmd = Command::new(python);
+    cmd.arg(workspace().join("tests/mcp/driver.py"))
+        .arg(scenario)
+        .args([
+            "--pipehub".as_ref(),
+            pipehub_tests::pipehub_bin().as_os_str(),
+        ])
+        .args(["--hub", hub])
+        .args(["--logs".as_ref(), logs.as_os_str()])
+        .args(["--out".as_ref(), out.as_os_str()]);
+    for s in states {
+        cmd.args(["--state".as_ref(), s.as_os_str()]);
+    }
+    let stdout_path = work.join(format!("{scenario}.stdout"));
+    let stderr_path = work.join(format!("{scenario}.stderr"));
+    cmd.stdout(std::fs::File::create(&stdout_path).expect("a file"))
+        .stderr(std::fs::File::create(&stderr_path).expect("a file"));
+    let mut child = cmd.spawn().expect("the driver starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the driver can be waited for") {
+            break status;
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the {scenario} scenario took over {deadline:?}; its stderr:\n{}",
+                read(&stderr_path)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stdout = read(&stdout_path);
+    assert!(
+        status.success(),
+        "the {scenario} scenario failed ({status}):\n{}\n{stdout}",
+        read(&stderr_path)
+    );
+    let results_text = read(&out);
+    let results = results_text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a result line is JSON"))
+        .collect();
+    let mut transcript = format!("{results_text}\n{stdout}\n{}\n", read(&stderr_path));
+    for entry in std::fs::read_dir(&logs).expect("the log directory") {
+        transcript.push_str(&read(&entry.expect("an entry").path()));
+    }
+    Run {
+        summary: serde_json::from_str(stdout.trim()).expect("the summary is JSON"),
+        results,
+        transcript,
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// One seat file of an agent's state directory.
+pub struct SeatFile {
+    pub path: PathBuf,
+    pub record: Value,
+}
+
+/// Every seat file under `state/seats`.
+pub fn seat_files(state: &Path) -> Vec<SeatFile> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(state.join("seats")).expect("the seats directory") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let record = serde_json::from_str(&read(&path)).expect("a seat file is JSON");
+            files.push(SeatFile { path, record });
+        }
+    }
+    files
+}
+
+/// Decodes lowercase hex.
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
