@@ -58,7 +58,7 @@ for k in order:
     l = r.get("latency_ms") or {}
     print(f"| {k} | `{r.get('args', '')}` | {num(r.get('moves_per_s'))} | {ms(l.get('p50'))} | {ms(l.get('p90'))} | "
           f"{ms(l.get('p99'))} | {ms(l.get('max'))} | {num(r.get('refused'))} | {num(r.get('errors'))} | "
-          f"{mib(r.get('hub_rss_idle_bytes'))} / {mib(r.get('hub_rss_bytes'))} | {num(per_game_kib(r), '{:.1f}')} | {num(r.get('hub_cpu_s'))} |")
+          f"{mib(r.get('hub_rss_idle_bytes'))} / {mib(r.get('hub_rss_bytes'))} | {num(per_game_kib(r), '{:.1f}')} | {num(r.get('hub_cpu_s'), '{:.1f}')} |")
 
 if bgio:
     print("\n### side by side with boardgame.io (same workload, same session)\n")
@@ -77,17 +77,19 @@ if bgio:
               f"{ms(l.get('p99'))} | {ms(bl.get('p99'))} | {num(pr, '{:.2f}x')} | {mib(rss)} | {num(brss, '{:.1f}')} | {num(rr, '{:.2f}x')} |")
 
 print("\n### targets\n")
+big = max((hub[k] for k in hub if k.startswith("g")), key=lambda r: r.get("games") or 0, default=None)
 sat = max((hub[k] for k in hub if k.startswith("g")), key=lambda r: r.get("moves_per_s") or 0, default={})
 checks = [
-    ("10,000 games held", (hub.get("g10000") or {}).get("moves", 0) > 0, "g10000 played"),
+    ("10,000 games held", ((big or {}).get("games") or 0) >= 10000 and (big or {}).get("moves", 0) > 0,
+     f"largest run: G={(big or {}).get('games')}, {num((big or {}).get('moves'))} moves"),
     ("unsigned saturation >= 15,000 moves/s", (sat.get("moves_per_s") or 0) >= 15000,
      f"{num(sat.get('moves_per_s'))} moves/s at G={sat.get('games')}"),
     ("signed (hub-held keys) >= 6,000 moves/s", ((hub.get("signed") or {}).get("moves_per_s") or 0) >= 6000,
      f"{num((hub.get('signed') or {}).get('moves_per_s'))} moves/s"),
     ("p99 <= 5 ms at the offered rate", 0 < (((hub.get("rate") or {}).get("latency_ms") or {}).get("p99") or 1e9) <= 5,
      f"p99 {ms(((hub.get('rate') or {}).get('latency_ms') or {}).get('p99'))} ms at {num((hub.get('rate') or {}).get('moves_per_s'))} moves/s"),
-    ("<= 48 KiB of hub memory per open game (G=10,000)", (per_game_kib(hub.get("g10000") or {}) or 1e9) <= 48,
-     f"{num(per_game_kib(hub.get('g10000') or {}), '{:.1f}')} KiB"),
+    (f"<= 48 KiB of hub memory per open game (G={(big or {}).get('games')})", (per_game_kib(big or {}) or 1e9) <= 48,
+     f"{num(per_game_kib(big or {}), '{:.1f}')} KiB"),
 ]
 for g, want, key in [(1000, 10, "moves"), (10, 0.1, "p99"), (1000, 0.25, "rss")]:
     b, r = bgio.get(g), hub.get(f"g{g}")

@@ -36,7 +36,7 @@ const MAX_CONNECTING: usize = 128;
 /// Time to close sockets at the end before the tables are abandoned.
 const GRACE: Duration = Duration::from_secs(5);
 /// File descriptors the load generator needs besides its 2G sockets.
-const SPARE_FDS: u64 = 200;
+const SPARE_FDS: u64 = 100;
 
 /// What to run.
 #[derive(Clone, Debug)]
