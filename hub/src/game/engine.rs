@@ -147,6 +147,36 @@ impl Engine {
         ))
     }
 
+    /// Recounts `pipehub_games{phase}` from what this hub knows: seated games waiting or
+    /// paired, and every game an actor has seen since the hub opened, started or finished.
+    pub fn count_games(&self) {
+        let (mut waiting, mut paired, mut started, mut finished) = (0i64, 0i64, 0i64, 0i64);
+        for s in self.summaries.iter() {
+            match (s.phase, s.result) {
+                (super::Phase::Started, Some(r)) if r.status != "in_progress" => finished += 1,
+                (super::Phase::Started, _) => started += 1,
+                _ => {}
+            }
+        }
+        for reg in self.seats.all_registrations() {
+            let key = (reg.inbox.clone(), reg.game.clone());
+            let seen_started = self
+                .summaries
+                .get(&key)
+                .is_some_and(|s| s.phase == super::Phase::Started);
+            match (seen_started, reg.paired) {
+                (true, _) => {}
+                (false, true) => paired += 1,
+                (false, false) => waiting += 1,
+            }
+        }
+        let gauge = &self.metrics.games;
+        gauge.with_label_values(&["waiting"]).set(waiting);
+        gauge.with_label_values(&["paired"]).set(paired);
+        gauge.with_label_values(&["started"]).set(started);
+        gauge.with_label_values(&["finished"]).set(finished);
+    }
+
     /// True when the game exists in some form: reserved, or with at least one capture.
     /// Reads check this first so that probing random ids starts no actors.
     pub async fn exists(&self, inbox: &str, game: &str) -> Result<bool, HubError> {

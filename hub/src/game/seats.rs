@@ -250,6 +250,11 @@ impl Seats {
             .map(|r| r.clone())
     }
 
+    /// Every registration (for the games gauge).
+    pub fn all_registrations(&self) -> Vec<Registration> {
+        self.games.iter().map(|e| e.value().clone()).collect()
+    }
+
     /// Registrations of one inbox (for the game listing).
     pub fn registrations(&self, inbox: &str) -> Vec<Registration> {
         self.games
@@ -444,14 +449,17 @@ impl Seats {
             .ok_or_else(|| HubError::NotFound("unknown pairing code".into()))?;
         let rec: CodeRecord = serde_json::from_slice(&rec)
             .map_err(|_| HubError::NotFound("unknown pairing code".into()))?;
+        if rec.used || now_ms() > rec.expires_ms {
+            // Put it back as it was, so a second try gets the same answer.
+            self.meta.put(&key, json_bytes(&rec)?).await?;
+            return Err(if rec.used {
+                HubError::CodeUsed
+            } else {
+                HubError::CodeExpired
+            });
+        }
         // From here on the code is spent whatever happens: put back a tombstone.
         self.retire_code(&hash, &rec.inbox, &rec.game).await?;
-        if rec.used {
-            return Err(HubError::CodeUsed);
-        }
-        if now_ms() > rec.expires_ms {
-            return Err(HubError::CodeExpired);
-        }
         let mut reg = self
             .registration(&rec.inbox, &rec.game)
             .ok_or_else(|| HubError::NotFound("the game was cancelled".into()))?;

@@ -282,7 +282,6 @@ impl GameActor {
         let notice = seat
             .filter(|s| self.lost[idx(*s)])
             .map(|_| Notice::HeldChoiceLost);
-        let reg = self.registration();
         let mut st = if let (Some(p), Some(board)) = (self.chain.protocol(), self.chain.board()) {
             let keys = self.chain.keys().map(|k| KeysView {
                 x: Some(k.hex(Seat::X)),
@@ -308,7 +307,7 @@ impl GameActor {
                 }),
                 notice,
             )
-        } else if let Some(reg) = &reg {
+        } else if let Some(reg) = &self.registration() {
             state::assemble(
                 &self.inbox,
                 &self.game,
@@ -339,8 +338,9 @@ impl GameActor {
             return Err(HubError::NotFound("no such game".into()));
         };
         // A seat's own view shows the choice the hub keeps for it; nobody else's does.
-        if let (Some(s), Some(view)) = (seat, st.view.take()) {
-            st.view = Some(match self.choice[idx(s)] {
+        // (Only a seat's view is taken apart: the spectator's must come back whole.)
+        if let Some(s) = seat {
+            st.view = st.view.take().map(|view| match self.choice[idx(s)] {
                 Some(c) => games::protocol::View(view).with_pending_choice(c).0,
                 None => view,
             });

@@ -82,7 +82,10 @@ impl Hub {
         consumers.push(tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(10)) => sweeper.waiters.sweep(super::waiters::DONE_TTL),
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {
+                        sweeper.waiters.sweep(super::waiters::DONE_TTL);
+                        sweeper.count_games();
+                    }
                     _ = sweep_stop.changed() => return,
                 }
             }
@@ -369,6 +372,11 @@ impl Hub {
     #[cfg(test)]
     pub(crate) fn engine_open_games(&self, person: &str) -> u64 {
         self.engine.seats.open_games(person)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn count_games_now(&self) {
+        self.engine.count_games();
     }
 
     #[cfg(test)]

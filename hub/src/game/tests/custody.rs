@@ -1,0 +1,144 @@
+//! Rock-paper-scissors custody and what survives a restart.
+
+use super::*;
+
+#[actix_rt::test]
+async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub() {
+    let f = open(config()).await;
+    let (x, o) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+    let mut room = f.rooms.subscribe(INBOX, &x.game);
+    // O chooses before X has committed: held, nothing appended.
+    let before = f.inbox.count(INBOX, &x.game).await.expect("count");
+    let held = f
+        .hub
+        .post_move(&o, json!({"choice": "rock"}))
+        .await
+        .expect("held");
+    assert_eq!(held.verdict, Verdict::Held);
+    assert!(held.capture.is_none());
+    let mine = held.state.expect("O's state");
+    assert_eq!(
+        mine.view.as_ref().and_then(|v| v.get("pendingChoice")),
+        Some(&json!("rock"))
+    );
+    assert_eq!(f.inbox.count(INBOX, &x.game).await.expect("count"), before);
+    // A second choice replaces the held one.
+    f.hub
+        .post_move(&o, json!({"choice": "paper"}))
+        .await
+        .expect("held");
+    // X chooses on its turn: its commit is written; O's held commit follows, then both
+    // reveals, X's first.
+    let p = f
+        .hub
+        .post_move(&x, json!({"move": {"choice": "scissors"}}))
+        .await
+        .expect("commit");
+    assert_eq!(p.verdict, Verdict::Accepted);
+    let mut seq = 0;
+    for _ in 0..100 {
+        seq = f
+            .hub
+            .state(INBOX, &x.game, Viewer::Spectator)
+            .await
+            .expect("state")
+            .seq
+            .unwrap_or(0);
+        if seq >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seq, 4, "commit, commit, reveal, reveal");
+    let export = f.hub.export(INBOX, &x.game).await.expect("export");
+    let lines: Vec<Value> = export
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines[3]["player"], "X");
+    assert_eq!(lines[3]["move"]["choice"], "scissors");
+    assert_eq!(lines[4]["player"], "O");
+    assert_eq!(lines[4]["move"]["choice"], "paper");
+    assert_eq!(
+        verify_log(export.as_bytes(), Mode::Strict, &Registry::builtin())[0].verdict,
+        EntryVerdict::Ok
+    );
+    // Each accepted event reached the room once, with every seat's own view; a spectator
+    // never saw a pending choice.
+    let mut published = 0;
+    while let Ok(publication) = room.try_recv() {
+        // (The start may or may not be seen: `pair` answers as it is accepted.)
+        if let Cause::Accepted { .. } = publication.cause {
+            if publication.views.spectator.seq >= Some(1) {
+                published += 1;
+            }
+        }
+        let spectator = serde_json::to_string(&publication.views.spectator).expect("json");
+        assert!(!spectator.contains("pendingChoice"));
+        let x_pending = publication
+            .views
+            .x
+            .view
+            .as_ref()
+            .and_then(|v| v.get("pendingChoice"));
+        assert!(x_pending.is_none() || x_pending == Some(&json!("scissors")));
+    }
+    assert_eq!(published, 4);
+    // A choice that is no choice is refused without touching the inbox.
+    assert_eq!(
+        f.hub
+            .post_move(&x, json!({"choice": "lizard"}))
+            .await
+            .err()
+            .map(|e| e.status()),
+        Some(422)
+    );
+}
+
+#[actix_rt::test]
+async fn a_restarted_hub_rebuilds_games_and_reports_a_lost_held_choice() {
+    let inbox = MemInbox::new(2);
+    let meta = Arc::new(MemMeta::default());
+    let f = open_on(inbox.clone(), meta.clone(), config()).await;
+    let (x, o) = seated(&f, "pipehub:rock-paper-scissors", false).await;
+    let held = f
+        .hub
+        .post_move(&o, json!({"choice": "rock"}))
+        .await
+        .expect("held");
+    assert_eq!(held.verdict, Verdict::Held);
+    let before = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Spectator)
+        .await
+        .expect("state");
+    f.hub.shutdown().await;
+
+    let g = open_on(inbox, meta, config()).await;
+    assert_eq!(g.hub.seat_for_token_count(), 2);
+    let after = g
+        .hub
+        .state(INBOX, &x.game, Viewer::Spectator)
+        .await
+        .expect("state");
+    assert_eq!((after.seq, after.head.clone()), (before.seq, before.head));
+    let o_state = g
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::O))
+        .await
+        .expect("state");
+    assert_eq!(o_state.notice, Some(Notice::HeldChoiceLost));
+    let x_state = g
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::X))
+        .await
+        .expect("state");
+    assert_eq!(x_state.notice, None);
+    // Choosing again clears the notice.
+    let again = g
+        .hub
+        .post_move(&o, json!({"choice": "rock"}))
+        .await
+        .expect("held");
+    assert_eq!(again.state.and_then(|s| s.notice), None);
+}

@@ -1,0 +1,198 @@
+//! Anonymous play, refereed rejections, caps, listings, idle actors.
+
+use super::*;
+
+#[actix_rt::test]
+async fn an_anonymous_game_plays_to_a_win_and_exports_a_verifiable_chain() {
+    let f = open(config()).await;
+    let start = post(&f, event("t1", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    assert_eq!(start.verdict, Verdict::Accepted);
+    let mut head = start.hash.expect("hash");
+    let moves = [
+        (Seat::X, 0, 0),
+        (Seat::O, 1, 0),
+        (Seat::X, 0, 1),
+        (Seat::O, 1, 1),
+    ];
+    for (i, (seat, r, c)) in moves.into_iter().enumerate() {
+        let p = post(&f, event("t1", i as u64 + 1, &head, seat, rc(r, c)), None)
+            .await
+            .expect("posted");
+        assert_eq!(p.verdict, Verdict::Accepted, "move {i}");
+        head = p.hash.expect("hash");
+    }
+    // O moving out of turn is refereed: the capture is kept, the true state returned.
+    let wrong = post(&f, event("t1", 5, &head, Seat::O, rc(2, 2)), None)
+        .await
+        .expect("posted");
+    assert_eq!(wrong.verdict, Verdict::Rejected);
+    assert_eq!(wrong.refusal.map(|r| r.reason), Some(Reason::WrongPlayer));
+    let state = wrong.state.expect("state with a rejection");
+    assert_eq!(state.seq, Some(4));
+    assert_eq!(
+        state.seat, None,
+        "an anonymous poster gets the spectator view"
+    );
+    let win = post(&f, event("t1", 5, &head, Seat::X, rc(0, 2)), None)
+        .await
+        .expect("posted");
+    assert_eq!(win.verdict, Verdict::Accepted);
+    let state = f
+        .hub
+        .state(INBOX, "t1", Viewer::Spectator)
+        .await
+        .expect("state");
+    let result = state.result.expect("result");
+    assert_eq!((result.status, result.winner), ("win", Some(Seat::X)));
+    assert_eq!(state.phase, Phase::Started);
+    assert_eq!(state.protocol.as_deref(), Some("pipehub:tic-tac-toe"));
+
+    let export = f.hub.export(INBOX, "t1").await.expect("export");
+    assert_eq!(export.lines().count(), 6);
+    let report = verify_log(export.as_bytes(), Mode::Strict, &Registry::builtin());
+    assert_eq!(report.len(), 1);
+    assert_eq!(report[0].verdict, EntryVerdict::Ok);
+
+    // Captures remember who posted them and their verdicts.
+    let listing = f
+        .hub
+        .captures(INBOX, Some("t1"), None, 100)
+        .await
+        .expect("list");
+    assert_eq!(listing.items.len(), 7);
+    assert_eq!(listing.items[5].verdict, Verdict::Rejected);
+    assert_eq!(listing.items[5].reason.as_deref(), Some("wrong_player"));
+    assert!(listing.items.iter().all(|i| i.seat.is_none()));
+    let one = f
+        .hub
+        .capture(INBOX, win.capture.expect("capture"))
+        .await
+        .expect("capture lookup");
+    assert_eq!(one.verdict, Verdict::Accepted);
+}
+
+#[actix_rt::test]
+async fn a_start_naming_other_inboxes_is_refused_with_detail_inbox() {
+    let f = open(config()).await;
+    let mut start = event("t2", 0, "", Seat::X, None);
+    start.rules = Some(
+        json!({"inboxes": ["elsewhere"]})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let p = post(&f, start.clone(), None).await.expect("posted");
+    assert_eq!(p.verdict, Verdict::Rejected);
+    let r = p.refusal.expect("refusal");
+    assert_eq!(
+        (r.reason, r.detail.as_deref()),
+        (Reason::BadRules, Some("inbox"))
+    );
+    // The same start naming this inbox is the genesis.
+    start.rules = Some(
+        json!({"inboxes": [INBOX]})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let p = post(&f, start, None).await.expect("posted");
+    assert_eq!(p.verdict, Verdict::Accepted);
+}
+
+#[actix_rt::test]
+async fn the_captures_cap_refuses_before_the_inbox() {
+    let mut c = config();
+    c.max_captures_per_game = Some(2);
+    let f = open(c).await;
+    let s = post(&f, event("cap", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    let head = s.hash.expect("hash");
+    post(&f, event("cap", 1, &head, Seat::X, rc(0, 0)), None)
+        .await
+        .expect("posted");
+    let third = post(&f, event("cap", 2, &head, Seat::O, rc(1, 1)), None).await;
+    assert!(matches!(third, Err(HubError::TooManyCaptures(2))));
+    assert_eq!(f.inbox.count(INBOX, "cap").await.expect("count"), 2);
+}
+
+#[actix_rt::test]
+async fn the_game_listing_shows_waiting_and_started_games() {
+    let f = open(config()).await;
+    post(&f, event("anon", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    let created = f
+        .hub
+        .create_game(
+            INBOX,
+            CreateGame {
+                signed: true,
+                ..CreateGame::default()
+            },
+            "p",
+        )
+        .await
+        .expect("created");
+    let all = f.hub.games(INBOX, None, 10).await.expect("list");
+    let phases: Vec<(String, Phase)> = all
+        .items
+        .iter()
+        .map(|g| (g.game.clone(), g.phase))
+        .collect();
+    assert_eq!(
+        phases,
+        vec![
+            (created.game.clone(), Phase::Waiting),
+            ("anon".to_string(), Phase::Started)
+        ]
+    );
+    let waiting = f
+        .hub
+        .games(INBOX, Some(Phase::Started), 10)
+        .await
+        .expect("list");
+    assert_eq!(waiting.items.len(), 1);
+    assert!(f
+        .hub
+        .state(INBOX, "nope", Viewer::Spectator)
+        .await
+        .is_err_and(|e| e.status() == 404));
+    f.hub.count_games_now();
+    let gauge = |phase: &str| f.metrics.games.with_label_values(&[phase]).get();
+    assert_eq!(
+        (gauge("waiting"), gauge("paired"), gauge("started")),
+        (1, 0, 1)
+    );
+    assert_eq!(
+        f.hub.resident_actors(),
+        1,
+        "probing an unknown id starts no actor"
+    );
+}
+
+#[actix_rt::test]
+async fn an_idle_actor_stops_and_the_next_event_rebuilds_it() {
+    let mut c = config();
+    c.actor_idle = Duration::from_millis(100);
+    let f = open(c).await;
+    let s = post(&f, event("idle", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    assert_eq!(f.hub.resident_actors(), 1);
+    for _ in 0..100 {
+        if f.hub.resident_actors() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.hub.resident_actors(), 0, "the idle actor stopped");
+    let head = s.hash.expect("hash");
+    let p = post(&f, event("idle", 1, &head, Seat::X, rc(1, 1)), None)
+        .await
+        .expect("posted");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    assert_eq!(p.state.and_then(|s| s.seq), Some(1));
+}

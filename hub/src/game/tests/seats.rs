@@ -1,0 +1,266 @@
+//! Seated play: pairing, seat rules, hub-held and agent-held seats.
+
+use super::*;
+
+#[actix_rt::test]
+async fn a_seated_hub_held_game_is_started_by_pair_and_played_through_moves() {
+    let f = open(config()).await;
+    let (x, o) = seated(&f, "pipehub:connect-four", true).await;
+    // `pair` answers once the hub's start is accepted.
+    let s = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::O))
+        .await
+        .expect("state");
+    assert_eq!(s.phase, Phase::Started);
+    assert_eq!(s.seq, Some(0));
+    let keys = s.keys.clone().expect("signed game shows both keys");
+    assert!(keys.x.is_some() && keys.o.is_some());
+
+    for (i, (auth, col)) in [(&x, 0), (&o, 1), (&x, 0), (&o, 1), (&x, 0), (&o, 1)]
+        .iter()
+        .enumerate()
+    {
+        let p = f
+            .hub
+            .post_move(auth, json!({"move": {"col": col}}))
+            .await
+            .expect("move");
+        assert_eq!(p.verdict, Verdict::Accepted, "move {i}");
+        assert_eq!(p.state.as_ref().and_then(|s| s.seat), Some(auth.seat));
+    }
+    // Out of turn: refereed, not an error.
+    let p = f
+        .hub
+        .post_move(&o, json!({"move": {"col": 1}}))
+        .await
+        .expect("move");
+    assert_eq!(p.refusal.map(|r| r.reason), Some(Reason::WrongPlayer));
+    let p = f
+        .hub
+        .post_move(&x, json!({"move": {"col": 0}}))
+        .await
+        .expect("move");
+    let result = p.state.and_then(|s| s.result).expect("result");
+    assert_eq!((result.status, result.winner), ("win", Some(Seat::X)));
+
+    // The chain verifies strictly, signatures included, and names this inbox.
+    let export = f.hub.export(INBOX, &x.game).await.expect("export");
+    let report = verify_log(export.as_bytes(), Mode::Strict, &Registry::builtin());
+    assert_eq!(report[0].verdict, EntryVerdict::Ok);
+    assert!(export
+        .lines()
+        .next()
+        .is_some_and(|l| l.contains("\"inboxes\":[\"lobby\"]")));
+    // Captures say which seat wrote each event.
+    let listing = f
+        .hub
+        .captures(INBOX, Some(&x.game), None, 100)
+        .await
+        .expect("list");
+    assert_eq!(listing.items[0].seat, Some(Seat::X));
+    assert_eq!(listing.items[2].seat, Some(Seat::O));
+    // The finished game no longer counts as open for its host.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(f.hub.engine_open_games("host-1"), 0);
+}
+
+#[actix_rt::test]
+async fn seat_rules_are_checked_before_the_inbox() {
+    let f = open(config()).await;
+    let (x, o) = seated(&f, "pipehub:tic-tac-toe", true).await;
+    let before = f.inbox.count(INBOX, &x.game).await.expect("count");
+    let head = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Spectator)
+        .await
+        .expect("state")
+        .head;
+    let mv = event(&x.game, 1, &head.unwrap_or_default(), Seat::X, rc(0, 0));
+    let no_token = post(&f, mv.clone(), None).await;
+    assert!(
+        matches!(no_token, Err(HubError::Unauthorized(_))),
+        "{no_token:?}"
+    );
+    let other_seat = post(&f, mv.clone(), Some(o.clone())).await;
+    assert!(
+        matches!(other_seat, Err(HubError::Forbidden(_))),
+        "{other_seat:?}"
+    );
+    let mut other_game = x.clone();
+    other_game.game = "elsewhere".into();
+    let foreign = post(&f, mv, Some(other_game)).await;
+    assert!(
+        matches!(foreign, Err(HubError::Forbidden(_))),
+        "{foreign:?}"
+    );
+    let resign_by_o = f.hub.resign(&o).await.expect("resign");
+    assert_eq!(resign_by_o.verdict, Verdict::Accepted);
+    let state = resign_by_o.state.expect("state");
+    let result = state.result.expect("result");
+    assert_eq!(
+        (result.winner, result.by),
+        (Some(Seat::X), Some(games::WinBy::Resign))
+    );
+    assert_eq!(
+        f.inbox.count(INBOX, &x.game).await.expect("count"),
+        before + 1
+    );
+}
+
+#[actix_rt::test]
+async fn an_agent_held_host_writes_its_own_start_and_the_hub_checks_it() {
+    let f = open(config()).await;
+    let agent_key = crypto::seat_key(b"the agent's own secret", "any", "any", Seat::X);
+    let public = crypto::public_key_hex(&agent_key.verifying_key());
+    let created = f
+        .hub
+        .create_game(
+            INBOX,
+            CreateGame {
+                protocol: Some("pipehub:tic-tac-toe".into()),
+                rules: Some(
+                    json!({"rows": 4, "cols": 4})
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                ),
+                signed: true,
+                key: Some(public.clone()),
+            },
+            "host-2",
+        )
+        .await
+        .expect("created");
+    let x = f.hub.seat_for_token(&created.token).await.expect("X");
+    f.hub
+        .pair(&created.pairing_code, None)
+        .await
+        .expect("paired");
+    let paired = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::X))
+        .await
+        .expect("state");
+    assert_eq!(
+        paired.phase,
+        Phase::Paired,
+        "the hub does not write an agent's start"
+    );
+    let keys = paired.keys.expect("keys");
+    assert_eq!(keys.x.as_deref(), Some(public.as_str()));
+    assert_eq!(
+        f.hub
+            .post_move(&x, json!({"move": {"row": 0, "col": 0}}))
+            .await
+            .err()
+            .map(|e| e.code()),
+        Some("agent_held")
+    );
+
+    let start_with = |rules: Value| {
+        let mut ev = event(&x.game, 0, "", Seat::X, None);
+        ev.protocol = Some("pipehub:tic-tac-toe".into());
+        ev.rules = rules.as_object().cloned();
+        let prepared = games::verify::Prepared::of(&ev);
+        ev.sig = Some(crypto::sign(&agent_key, &prepared.canonical));
+        ev
+    };
+    let ks = json!({"X": keys.x, "O": keys.o});
+    let wrong_rules = start_with(json!({"rows": 3, "cols": 4, "keys": ks, "inboxes": [INBOX]}));
+    let refused = post(&f, wrong_rules, Some(x.clone())).await;
+    assert!(
+        matches!(refused, Err(HubError::Forbidden(_))),
+        "{refused:?}"
+    );
+    let wrong_keys = start_with(json!({"rows": 4, "cols": 4, "keys": {"X": keys.o, "O": keys.x}}));
+    assert!(matches!(
+        post(&f, wrong_keys, Some(x.clone())).await,
+        Err(HubError::Forbidden(_))
+    ));
+    let good = start_with(json!({"rows": 4, "cols": 4, "keys": ks, "inboxes": [INBOX]}));
+    let p = post(&f, good, Some(x.clone())).await.expect("posted");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    assert_eq!(p.state.map(|s| s.phase), Some(Phase::Started));
+}
+
+#[actix_rt::test]
+async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
+    let mut c = config();
+    c.max_open_games = Some(2);
+    let f = open(c).await;
+    let req = || CreateGame {
+        protocol: None,
+        rules: None,
+        signed: false,
+        key: None,
+    };
+    let a = f.hub.create_game(INBOX, req(), "p").await.expect("created");
+    let b = f.hub.create_game(INBOX, req(), "p").await.expect("created");
+    assert!(matches!(
+        f.hub.create_game(INBOX, req(), "p").await,
+        Err(HubError::TooManyGames(2))
+    ));
+    assert!(f
+        .hub
+        .pair("ZZZZZZZZ", None)
+        .await
+        .is_err_and(|e| e.status() == 404));
+
+    // A fresh code kills the old one.
+    let xa = f.hub.seat_for_token(&a.token).await.expect("X");
+    let fresh = f.hub.new_code(&xa).await.expect("new code");
+    assert_eq!(
+        f.hub
+            .pair(&a.pairing_code, None)
+            .await
+            .err()
+            .map(|e| e.code()),
+        Some("code_used")
+    );
+    f.hub
+        .pair(&fresh.pairing_code.to_lowercase(), None)
+        .await
+        .expect("paired");
+    assert_eq!(
+        f.hub
+            .pair(&fresh.pairing_code, None)
+            .await
+            .err()
+            .map(|e| e.code()),
+        Some("code_used")
+    );
+    assert!(matches!(
+        f.hub.cancel(&xa).await,
+        Err(HubError::AlreadyPaired)
+    ));
+
+    // Cancelling frees the host's slot and kills the token and the code.
+    let xb = f.hub.seat_for_token(&b.token).await.expect("X");
+    f.hub.cancel(&xb).await.expect("cancelled");
+    assert!(f.hub.seat_for_token(&b.token).await.is_none());
+    assert!(f.hub.pair(&b.pairing_code, None).await.is_err());
+    f.hub
+        .create_game(INBOX, req(), "p")
+        .await
+        .expect("a slot is free again");
+
+    let mut c = config();
+    c.code_ttl = Duration::ZERO;
+    let g = open(c).await;
+    let e = g.hub.create_game(INBOX, req(), "p").await.expect("created");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        g.hub
+            .pair(&e.pairing_code, None)
+            .await
+            .err()
+            .map(|e| e.code()),
+        Some("code_expired")
+    );
+    assert_eq!(
+        g.hub.pair(&e.pairing_code, None).await.err().map(|e| e.code()),
+        Some("code_expired"),
+        "an expired code stays expired"
+    );
+}
