@@ -21,6 +21,11 @@
 //! after a failed fsync the kernel may have dropped the dirty pages, so retrying could
 //! acknowledge data that is gone. Reads keep working.
 //!
+//! Reads take the index lock only to copy a few slot positions, then read the frames with
+//! positioned reads outside it. Those reads are synchronous: recent frames come from the
+//! page cache in microseconds, which costs an async caller less than a hop to a blocking
+//! thread pool would.
+//!
 //! What it deliberately does not do: retention or compaction (every event is kept), share
 //! a data directory between processes (one hub per directory), or parse events.
 

@@ -195,6 +195,9 @@ impl SegmentLog {
     /// segment first when the active one is full, so a batch never spans two segments.
     pub fn reserve(&mut self, len: usize) -> Result<(u32, u64), StoreError> {
         if self.active_len > 0 && self.active_len + len as u64 > self.max_segment {
+            // Frames written without an fsync (verdicts) must be on disk before a newer
+            // segment exists: damage in an older segment is refused at open, not cut.
+            self.active.sync_data()?;
             let index = self.active_index + 1;
             let path = segment_path(&self.dir, self.stem, self.first + index);
             let file = Arc::new(open_segment(&path)?);
