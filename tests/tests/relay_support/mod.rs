@@ -1,0 +1,176 @@
+//! A small WebSocket client for the relay's end-to-end tests: connect to a running hub's
+//! `/v1/ws`, send JSON messages, and receive JSON messages with a timeout on every wait,
+//! so a test that does not get what it expects fails instead of hanging.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use pipehub_tests::{Client, Hub};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long any single wait for a message may take.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub struct Ws {
+    pub socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// Every text frame received, in order, as sent (for leak checks).
+    pub frames: Vec<String>,
+}
+
+/// A seated game created and paired over HTTP, with its tokens.
+pub struct Game {
+    pub inbox: String,
+    pub game: String,
+    pub x: String,
+    pub o: String,
+}
+
+impl Game {
+    /// Creates a game with the given create body in `inbox` and pairs it.
+    pub fn new(hub: &Hub, client: &Client, inbox: &str, body: Value) -> Game {
+        let created = client.post(&hub.url(&format!("/v1/inboxes/{inbox}/games")), None, &body);
+        assert_eq!(created.status, 201, "create: {}", created.body);
+        let created = created.json();
+        let paired = client.post(
+            &hub.url("/v1/pair"),
+            None,
+            &json!({ "code": created["pairingCode"] }),
+        );
+        assert_eq!(paired.status, 200, "pair: {}", paired.body);
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        Game {
+            inbox: inbox.to_string(),
+            game: text(&created["game"]),
+            x: text(&created["token"]),
+            o: text(&paired.json()["token"]),
+        }
+    }
+
+    pub fn path(&self, rest: &str) -> String {
+        format!("/v1/inboxes/{}/games/{}{rest}", self.inbox, self.game)
+    }
+}
+
+impl Ws {
+    pub async fn connect(hub: &Hub) -> Ws {
+        let url = format!("{}/v1/ws", hub.base.replacen("http://", "ws://", 1));
+        let (socket, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+            .await
+            .expect("the handshake finishes in time")
+            .expect("the relay accepts the WebSocket");
+        Ws {
+            socket,
+            frames: Vec::new(),
+        }
+    }
+
+    /// A client whose socket has a tiny receive buffer, so that not reading soon shows at
+    /// the hub as a client that does not keep up.
+    pub async fn connect_small(hub: &Hub) -> Ws {
+        let addr: std::net::SocketAddr = hub
+            .base
+            .trim_start_matches("http://")
+            .parse()
+            .expect("the hub's address");
+        let tcp = tokio::net::TcpSocket::new_v4().expect("a socket");
+        tcp.set_recv_buffer_size(4096).expect("a small buffer");
+        let stream = tcp.connect(addr).await.expect("the hub accepts");
+        let url = format!("ws://{addr}/v1/ws");
+        let (socket, _) = tokio::time::timeout(
+            WAIT,
+            tokio_tungstenite::client_async(url, MaybeTlsStream::Plain(stream)),
+        )
+        .await
+        .expect("the handshake finishes in time")
+        .expect("the relay accepts the WebSocket");
+        Ws {
+            socket,
+            frames: Vec::new(),
+        }
+    }
+
+    /// Reads until the hub closes the socket or `deadline` passes; returns how many text
+    /// frames arrived and whether the socket closed.
+    pub async fn drain(&mut self, deadline: tokio::time::Instant) -> (usize, bool) {
+        let mut texts = 0;
+        loop {
+            match tokio::time::timeout_at(deadline, self.socket.next()).await {
+                Err(_) => return (texts, false),
+                Ok(Some(Ok(Message::Text(_)))) => texts += 1,
+                Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) => {
+                    return (texts, true)
+                }
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
+
+    pub async fn send(&mut self, message: Value) {
+        self.send_text(message.to_string()).await;
+    }
+
+    pub async fn send_text(&mut self, text: String) {
+        self.socket
+            .send(Message::text(text))
+            .await
+            .expect("the frame is sent");
+    }
+
+    /// The next JSON message, or `None` when the hub closed the socket.
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.socket.next())
+                .await
+                .expect("a message within the wait");
+            match frame {
+                Some(Ok(Message::Text(text))) => {
+                    self.frames.push(text.to_string());
+                    return Some(serde_json::from_str(&text).expect("the hub sends JSON"));
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
+    /// The next JSON message; the socket must stay open.
+    pub async fn recv(&mut self) -> Value {
+        self.next().await.expect("the socket stays open")
+    }
+
+    /// Skips messages until one with type `t` (and, if given, `seq`) arrives.
+    pub async fn until(&mut self, t: &str, seq: Option<u64>) -> Value {
+        loop {
+            let m = self.recv().await;
+            if m["t"] == t && seq.is_none_or(|s| m["seq"] == s) {
+                return m;
+            }
+        }
+    }
+
+    /// `hello` with a token (or none); returns `hello.ok` and the state that follows it.
+    pub async fn hello(&mut self, token: Option<&str>) -> (Value, Option<Value>) {
+        let hello = match token {
+            Some(token) => json!({"t": "hello", "token": token}),
+            None => json!({"t": "hello"}),
+        };
+        self.send(hello).await;
+        let ok = self.recv().await;
+        assert_eq!(ok["t"], "hello.ok", "{ok}");
+        if token.is_none() {
+            return (ok, None);
+        }
+        let state = self.recv().await;
+        assert_eq!(state["t"], "game.state", "{state}");
+        (ok, Some(state))
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+}

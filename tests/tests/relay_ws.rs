@@ -1,0 +1,452 @@
+//! End-to-end tests of the WebSocket relay (`GET /v1/ws`) against the real `pipehub serve`:
+//! the message table of DESIGN.md section 5 as a chat box, a spectator and a misbehaving
+//! client meet it.
+
+mod relay_support;
+
+use std::time::{Duration, Instant};
+
+use pipehub_tests::{verify, Client, Hub};
+use relay_support::{Game, Ws};
+use serde_json::{json, Value};
+
+const TTT: &str = "pipehub:tic-tac-toe";
+const RPS: &str = "pipehub:rock-paper-scissors";
+
+fn ttt(hub: &Hub, c: &Client, inbox: &str) -> Game {
+    Game::new(hub, c, inbox, json!({"protocol": TTT}))
+}
+
+/// A move over the socket; returns the answer meant for the mover (state or refusal).
+async fn play(ws: &mut Ws, row: u64, col: u64, r: &str) -> Value {
+    ws.send(json!({"t": "game.move", "move": {"row": row, "col": col}, "ref": r}))
+        .await;
+    loop {
+        let m = ws.recv().await;
+        if m["ref"] == r {
+            return m;
+        }
+    }
+}
+
+fn http_move(hub: &Hub, c: &Client, g: &Game, token: &str, row: u64, col: u64) -> Value {
+    let res = c.post(
+        &hub.url(&g.path("/moves")),
+        Some(token),
+        &json!({"move": {"row": row, "col": col}}),
+    );
+    assert_eq!(res.status, 201, "({row},{col}): {}", res.body);
+    res.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moves_over_the_socket_and_over_http_meet_one_referee_and_a_spectator_sees_every_one() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = ttt(&hub, &c, "ws-mixed");
+
+    let mut x = Ws::connect(&hub).await;
+    let (ok, state) = x.hello(Some(&g.x)).await;
+    assert_eq!(
+        ok,
+        json!({"t": "hello.ok", "seat": "X", "inbox": g.inbox, "game": g.game})
+    );
+    let state = state.expect("a state after hello");
+    assert_eq!(
+        (state["seat"].clone(), state["seq"].clone()),
+        (json!("X"), json!(0))
+    );
+    assert_eq!(state["phase"], "started");
+
+    let mut o = Ws::connect(&hub).await;
+    o.hello(Some(&g.o)).await;
+    let mut watcher = Ws::connect(&hub).await;
+    let (ok, _) = watcher.hello(None).await;
+    assert_eq!(ok["seat"], Value::Null);
+    watcher
+        .send(json!({"t": "game.subscribe", "inbox": g.inbox, "game": g.game}))
+        .await;
+    let first = watcher.until("game.state", None).await;
+    assert_eq!(
+        (first["seat"].clone(), first["seq"].clone()),
+        (Value::Null, json!(0))
+    );
+
+    // X over the socket, O over HTTP, alternately, to X's win.
+    let mine = play(&mut x, 0, 0, "x1").await;
+    assert_eq!(
+        (mine["t"].clone(), mine["seq"].clone()),
+        (json!("game.state"), json!(1))
+    );
+    tokio::task::block_in_place(|| http_move(&hub, &c, &g, &g.o, 1, 0));
+    assert_eq!(x.until("game.state", Some(2)).await["ref"], Value::Null);
+    play(&mut x, 0, 1, "x2").await;
+    tokio::task::block_in_place(|| http_move(&hub, &c, &g, &g.o, 1, 1));
+    x.until("game.state", Some(4)).await;
+    let last = play(&mut x, 0, 2, "x3").await;
+    assert_eq!(
+        last["result"],
+        json!({"status": "win", "winner": "X", "by": "line"})
+    );
+
+    // O's socket and the spectator saw every event, in order, each in its own view.
+    for (ws, seat) in [(&mut o, json!("O")), (&mut watcher, Value::Null)] {
+        let mut seen = Vec::new();
+        while seen.last() != Some(&5) {
+            let m = ws.until("game.state", None).await;
+            assert_eq!(m["seat"], seat);
+            assert_eq!(
+                m.get("ref"),
+                None,
+                "only the mover's socket gets a ref: {m}"
+            );
+            seen.push(m["seq"].as_u64().expect("a seq"));
+        }
+        assert_eq!(seen, (1..=5).collect::<Vec<_>>(), "{seat}");
+    }
+
+    // One chain: the export verifies, with the socket's and HTTP's moves alike.
+    let export = tokio::task::block_in_place(|| c.get(&hub.url(&g.path("/export"))));
+    assert_eq!(export.status, 200, "{}", export.body);
+    let (code, out) = verify(&[], &export.body);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("win X line"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_move_gets_game_refused_then_the_true_board() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = ttt(&hub, &c, "ws-refused");
+    let mut x = Ws::connect(&hub).await;
+    x.hello(Some(&g.x)).await;
+    let mut o = Ws::connect(&hub).await;
+    o.hello(Some(&g.o)).await;
+
+    play(&mut x, 1, 1, "x1").await;
+    o.until("game.state", Some(1)).await;
+    // O takes X's square: refused by the referee, then the board as it really is.
+    let refused = play(&mut o, 1, 1, "o-bad").await;
+    assert_eq!(refused["t"], "game.refused", "{refused}");
+    assert_eq!(refused["error"], "illegal_move");
+    assert_eq!(refused["detail"], "occupied");
+    let truth = o.recv().await;
+    assert_eq!(truth["t"], "game.state", "{truth}");
+    assert_eq!(truth["seq"], 1);
+    assert_eq!(truth["seat"], "O");
+    // A move out of turn is refused the same way.
+    let refused = play(&mut x, 0, 0, "x-again").await;
+    assert_eq!(refused["t"], "game.refused", "{refused}");
+    assert_eq!(x.recv().await["t"], "game.state");
+    // The game goes on.
+    let ok = play(&mut o, 0, 0, "o1").await;
+    assert_eq!(
+        (ok["t"].clone(), ok["seq"].clone()),
+        (json!("game.state"), json!(2))
+    );
+
+    // Malformed messages get an error and leave the socket open; a frame over 4 KiB
+    // closes it.
+    x.send_text("{not json".into()).await;
+    let err = x.until("error", None).await;
+    assert_eq!(
+        (err["error"].clone(), err["close"].clone()),
+        (json!("bad_json"), json!(false))
+    );
+    x.send(json!({"t": "game.jump"})).await;
+    assert_eq!(x.until("error", None).await["error"], "unknown_message");
+    x.send(json!({"t": "game.board"})).await;
+    assert_eq!(x.until("game.state", None).await["seq"], 2);
+    let mut watcher = Ws::connect(&hub).await;
+    watcher.hello(None).await;
+    watcher
+        .send(json!({"t": "game.move", "move": {"row": 2, "col": 2}, "ref": "w"}))
+        .await;
+    assert_eq!(watcher.until("error", None).await["error"], "forbidden");
+    x.send_text(format!(
+        r#"{{"t":"game.board","pad":"{}"}}"#,
+        "x".repeat(5000)
+    ))
+    .await;
+    let err = x.until("error", None).await;
+    assert_eq!(
+        (err["error"].clone(), err["close"].clone()),
+        (json!("too_large"), json!(true))
+    );
+    assert_eq!(x.next().await, None, "the socket closes after close: true");
+}
+
+/// Every object key anywhere in a JSON value.
+fn keys(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                out.push(k.clone());
+                keys(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+        _ => {}
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rock_paper_scissors_views_never_carry_the_other_seats_choice_or_a_nonce() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = Game::new(
+        &hub,
+        &c,
+        "ws-rps",
+        json!({"protocol": RPS, "rules": {"bestOf": 1}}),
+    );
+    let mut x = Ws::connect(&hub).await;
+    x.hello(Some(&g.x)).await;
+    let mut o = Ws::connect(&hub).await;
+    o.hello(Some(&g.o)).await;
+    let mut watcher = Ws::connect(&hub).await;
+    watcher.hello(None).await;
+    watcher
+        .send(json!({"t": "game.subscribe", "inbox": g.inbox, "game": g.game}))
+        .await;
+    watcher.until("game.state", None).await;
+
+    // O chooses before X has committed: held, and O's own view shows it.
+    o.send(json!({"t": "game.move", "move": {"choice": "rock"}, "ref": "o1"}))
+        .await;
+    let held = o.until("game.state", None).await;
+    assert_eq!(held["ref"], "o1", "{held}");
+    assert!(
+        held.to_string().contains("rock"),
+        "O sees its held choice: {held}"
+    );
+    // X chooses: the hub commits both and reveals both; the game ends.
+    x.send(json!({"t": "game.move", "move": {"choice": "paper"}, "ref": "x1"}))
+        .await;
+    for ws in [&mut x, &mut o, &mut watcher] {
+        loop {
+            let m = ws.until("game.state", None).await;
+            if m["result"]["status"] == "win" {
+                assert_eq!(m["result"]["winner"], "X", "{m}");
+                break;
+            }
+        }
+    }
+
+    // Reveals are X's (seq 3) then O's (seq 4): before its own reveal, a seat's choice is
+    // in no view but its own.
+    let before = |frames: &[String], seq_limit: u64, word: &str| {
+        for f in frames {
+            let mut v: Value = serde_json::from_str(f).expect("JSON");
+            let mut k = Vec::new();
+            keys(&v, &mut k);
+            assert!(!k.iter().any(|k| k.contains("nonce")), "a nonce field: {f}");
+            // The protocol's name mentions every choice; the rest of the state must not.
+            if let Some(state) = v.as_object_mut() {
+                state.remove("protocol");
+            }
+            if v["seq"].as_u64().is_some_and(|s| s < seq_limit) {
+                let text = v.to_string();
+                assert!(
+                    !text.contains(word),
+                    "{word} leaked before seq {seq_limit}: {f}"
+                );
+            }
+        }
+    };
+    before(&x.frames, 4, "rock");
+    before(&watcher.frames, 4, "rock");
+    before(&o.frames, 3, "paper");
+    before(&watcher.frames, 3, "paper");
+    // The views did show the choices once revealed.
+    assert!(x.frames.last().is_some_and(|f| f.contains("rock")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_with_the_same_token_resumes_the_game_and_hello_switches_seat() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = ttt(&hub, &c, "ws-resume");
+    let mut x = Ws::connect(&hub).await;
+    x.hello(Some(&g.x)).await;
+    play(&mut x, 0, 0, "x1").await;
+    x.close().await;
+
+    let mut o = Ws::connect(&hub).await;
+    o.hello(Some(&g.o)).await;
+    play(&mut o, 1, 1, "o1").await;
+
+    // X comes back on a new socket: the current board, then the game goes on.
+    let mut x = Ws::connect(&hub).await;
+    let (_, state) = x.hello(Some(&g.x)).await;
+    let state = state.expect("a state");
+    assert_eq!(
+        (state["seq"].clone(), state["seat"].clone()),
+        (json!(2), json!("X"))
+    );
+    let next = play(&mut x, 0, 1, "x2").await;
+    assert_eq!(next["seq"], 3);
+    assert_eq!(o.until("game.state", Some(3)).await["seat"], "O");
+
+    // A later hello switches the socket to the other seat.
+    let (ok, state) = x.hello(Some(&g.o)).await;
+    assert_eq!(ok["seat"], "O");
+    assert_eq!(state.expect("a state")["seat"], "O");
+    let as_o = play(&mut x, 2, 2, "now-o").await;
+    assert_eq!(
+        (as_o["seq"].clone(), as_o["seat"].clone()),
+        (json!(4), json!("O"))
+    );
+    // An unknown token is refused without closing the socket.
+    x.send(json!({"t": "hello", "token": "no-such-token"}))
+        .await;
+    let err = x.until("error", None).await;
+    assert_eq!(
+        (err["error"].clone(), err["close"].clone()),
+        (json!("unauthorized"), json!(false))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_moves_is_rate_limited_with_the_budget_http_shares() {
+    let hub = Hub::start(&["--rate-limit", "5/60"]);
+    let c = Client::new();
+    let g = ttt(&hub, &c, "ws-flood");
+    let mut x = Ws::connect(&hub).await;
+    x.hello(Some(&g.x)).await;
+    let flood = 30;
+    for i in 0..flood {
+        let (row, col) = (i / 3 % 3, i % 3);
+        x.send(json!({"t": "game.move", "move": {"row": row, "col": col}, "ref": i}))
+            .await;
+    }
+    let (mut limited, mut refereed) = (0, 0);
+    let mut answered = 0;
+    while answered < flood {
+        let m = x.recv().await;
+        if m["ref"].is_null() {
+            continue;
+        }
+        answered += 1;
+        if m["t"] == "game.refused" && m["error"] == "rate_limited" {
+            assert!(m["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("retry after")));
+            limited += 1;
+        } else {
+            refereed += 1;
+        }
+    }
+    assert_eq!(refereed, 5, "the budget of 5 let exactly 5 through");
+    assert_eq!(limited, flood - 5);
+    // The same person over HTTP finds the budget spent.
+    let res = tokio::task::block_in_place(|| {
+        c.post(
+            &hub.url(&g.path("/moves")),
+            Some(&g.x),
+            &json!({"move": {"row": 2, "col": 2}}),
+        )
+    });
+    assert_eq!(res.status, 429, "{}", res.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_dropped_without_delaying_other_games() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    // A big board makes big states, so the lazy client's buffers fill quickly.
+    let big = Game::new(
+        &hub,
+        &c,
+        "ws-lazy",
+        json!({"protocol": TTT, "rules": {"rows": 64, "cols": 64, "winLength": 5}}),
+    );
+    let g = ttt(&hub, &c, "ws-busy");
+
+    let mut lazy = Ws::connect_small(&hub).await;
+    lazy.hello(Some(&big.x)).await;
+    let asked = 5000;
+    let lazy_task = tokio::spawn(async move {
+        use futures_util::SinkExt;
+        let ask = json!({"t": "game.board"}).to_string();
+        for _ in 0..asked {
+            // The hub may cut the client off before all asks are out.
+            let frame = tokio_tungstenite::tungstenite::Message::text(ask.clone());
+            let sent = tokio::time::timeout(Duration::from_secs(2), lazy.socket.send(frame)).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                break;
+            }
+        }
+        lazy
+    });
+
+    // Meanwhile another game is played over sockets, each move seen by the opponent fast.
+    let mut x = Ws::connect(&hub).await;
+    x.hello(Some(&g.x)).await;
+    let mut o = Ws::connect(&hub).await;
+    o.hello(Some(&g.o)).await;
+    let script = [
+        ("X", 0, 0),
+        ("O", 1, 0),
+        ("X", 0, 1),
+        ("O", 1, 1),
+        ("X", 0, 2),
+    ];
+    let mut worst = Duration::ZERO;
+    for (seq, (seat, row, col)) in script.into_iter().enumerate() {
+        let (mover, other) = if seat == "X" {
+            (&mut x, &mut o)
+        } else {
+            (&mut o, &mut x)
+        };
+        let started = Instant::now();
+        play(mover, row, col, &format!("m{seq}")).await;
+        other.until("game.state", Some(seq as u64 + 1)).await;
+        worst = worst.max(started.elapsed());
+    }
+    assert!(
+        worst < Duration::from_secs(1),
+        "a move took {worst:?} to reach the opponent"
+    );
+
+    // The hub cuts the lazy client off while it still does not read: the connection
+    // gauge drops to the two players' sockets.
+    let dropped = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if websocket_connections(&hub, &c) == Some(2) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    });
+    let mut lazy = lazy_task.await.expect("the lazy client sent its asks");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let (got, closed) = lazy.drain(deadline).await;
+    assert!(
+        dropped,
+        "the lazy client was never dropped ({got} answers read)"
+    );
+    assert!(
+        closed,
+        "the lazy client's socket stayed open ({got} answers read)"
+    );
+    assert!(
+        got < asked,
+        "the lazy client got all {got} answers: never dropped"
+    );
+    // The players' sockets are still fine.
+    x.send(json!({"t": "game.board"})).await;
+    assert_eq!(x.until("game.state", None).await["seq"], 5);
+}
+
+/// `pipehub_websocket_connections` from the hub's metrics.
+fn websocket_connections(hub: &Hub, c: &Client) -> Option<u64> {
+    let metrics = c.get(&hub.url("/metrics")).body;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pipehub_websocket_connections "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+}
