@@ -71,7 +71,8 @@ async def open_agent(stack, name, args, state_dir, out):
     params = StdioServerParameters(
         command=args.pipehub,
         args=["mcp", "--hub", args.hub, "--inbox", args.inbox, "--state-dir", state_dir],
-        env={"PIPEHUB_LOG": "debug"},
+        # The most verbose logs, so the secrets scan sees everything the agent could log.
+        env={"PIPEHUB_LOG": os.environ.get("PIPEHUB_AGENT_LOG", "trace")},
     )
     read, write = await stack.enter_async_context(stdio_client(params, errlog=log))
     session = await stack.enter_async_context(ClientSession(read, write))
@@ -147,6 +148,9 @@ async def scenario_play(a, b, summary):
     refused = await b.call("game_move", game=resign, move={"row": 1, "col": 1})
     assert refused["isError"] and "occupied" in refused["text"], refused
     await b.ok("game_resign", game=resign)
+    # A code nobody issued: an error result, and the seat minted for it is forgotten.
+    unknown = await b.call("game_join", code="ZZZZZZZZ")
+    assert unknown["isError"] and "not_found" in unknown["text"], unknown
     for name, game in [("tic-tac-toe", ttt), ("connect-four", c4), ("rock-paper-scissors", rps), ("resign", resign)]:
         summary[name] = {"game": game, "X": await final(a, game), "O": await final(b, game)}
     summary["listX"] = await a.ok("game_list")

@@ -73,6 +73,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Log directives that keep the seat token out of the transports' own logs.
+const QUIET: [&str; 7] = [
+    "tungstenite=info",
+    "tokio_tungstenite=info",
+    "hyper=info",
+    "hyper_util=info",
+    "reqwest=info",
+    "rustls=info",
+    "h2=info",
+];
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("PIPEHUB_LOG")
@@ -80,6 +91,12 @@ fn init_logging() {
         .and_then(|f| EnvFilter::try_new(f).ok())
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
+    // The transports below log whole frames and headers at their most verbose levels, and
+    // the seat token travels in those; they are capped whatever the filter asks for.
+    let filter = QUIET
+        .iter()
+        .filter_map(|d| d.parse().ok())
+        .fold(filter, EnvFilter::add_directive);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

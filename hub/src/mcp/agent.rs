@@ -145,7 +145,8 @@ impl Agent {
             .ctx
             .client
             .create_game(&self.inbox, &protocol, rules, &key)
-            .await?;
+            .await;
+        let seated = self.refused_seat(&record, seated)?;
         let code = seated.pairing_code.clone();
         let mut answer = self.seated(record, seated).await?;
         answer.state["pairingCode"] = json!(code);
@@ -161,8 +162,22 @@ impl Agent {
         let record = SeatRecord::mint(self.ctx.client.base(), &self.inbox, Seat::O, None);
         let key = record.public_key().unwrap_or_default();
         self.ctx.store.save(&record)?;
-        let seated = self.ctx.client.pair(code.trim(), &key).await?;
+        let seated = self.ctx.client.pair(code.trim(), &key).await;
+        let seated = self.refused_seat(&record, seated)?;
         self.seated(record, seated).await
+    }
+
+    /// A seat the hub refused outright is forgotten; after any other failure its file is
+    /// kept, since the hub may have registered the key before the answer was lost.
+    fn refused_seat(
+        &self,
+        record: &SeatRecord,
+        seated: Result<Seated, AgentError>,
+    ) -> Result<Seated, AgentError> {
+        if let Err(AgentError::Hub { .. }) = &seated {
+            self.ctx.store.remove(record)?;
+        }
+        seated
     }
 
     /// Completes a record with the hub's answer, saves it, and starts watching the seat.

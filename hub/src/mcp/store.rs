@@ -131,6 +131,14 @@ impl Store {
         Ok(())
     }
 
+    /// Removes a seat that never came to be (the hub refused the create or the pair).
+    pub fn remove(&self, record: &SeatRecord) -> std::io::Result<()> {
+        match fs::remove_file(self.dir.join(record.file_name())) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Every complete seat (game and token known) of the hub `hub`.
     pub fn load(&self, hub: &str) -> std::io::Result<Vec<SeatRecord>> {
         let mut seats = Vec::new();
