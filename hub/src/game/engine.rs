@@ -93,6 +93,17 @@ impl Engine {
             .remove_if(&(inbox.to_string(), game.to_string()), |_, a| a == addr);
     }
 
+    /// True when this node writes for `shard`: always on a single hub, while it holds the
+    /// shard's lease in a cluster.
+    pub fn owns(&self, shard: u32) -> bool {
+        self.config.cluster.as_ref().is_none_or(|c| c.owns(shard))
+    }
+
+    /// The games whose actors are resident (a new shard owner rebuilds them).
+    pub fn resident_games(&self) -> Vec<GameKey> {
+        self.actors.iter().map(|e| e.key().clone()).collect()
+    }
+
     /// How many actors are resident.
     pub fn resident(&self) -> usize {
         self.actors.len()

@@ -60,6 +60,8 @@ pub struct HubConfig {
     pub verdict_wait: Duration,
     /// How long an actor lives without events.
     pub actor_idle: Duration,
+    /// The cluster this hub is a node of (Redis backend); `None`: it owns every shard.
+    pub cluster: Option<crate::cluster::SharedOwnership>,
 }
 
 impl HubConfig {
@@ -73,6 +75,7 @@ impl HubConfig {
             code_ttl: Duration::from_secs(600),
             verdict_wait: Duration::from_secs(5),
             actor_idle: Duration::from_secs(60),
+            cluster: None,
         }
     }
 }
@@ -87,6 +90,7 @@ impl std::fmt::Debug for HubConfig {
             .field("code_ttl", &self.code_ttl)
             .field("verdict_wait", &self.verdict_wait)
             .field("actor_idle", &self.actor_idle)
+            .field("clustered", &self.cluster.is_some())
             .finish()
     }
 }

@@ -243,6 +243,46 @@ impl Seats {
         self.tokens.len()
     }
 
+    /// Re-reads one registration from the store into the cache (another hub node may have
+    /// created, paired or cancelled the game).
+    pub async fn refresh(&self, inbox: &str, game: &str) -> Result<Option<Registration>, HubError> {
+        let key = (inbox.to_string(), game.to_string());
+        match self.meta.get(&game_key(inbox, game)).await? {
+            Some(value) => match serde_json::from_slice::<Registration>(&value) {
+                Ok(reg) => {
+                    self.games.insert(key, reg.clone());
+                    Ok(Some(reg))
+                }
+                Err(_) => Ok(self.registration(inbox, game)),
+            },
+            None => {
+                self.games.remove(&key);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Looks a token up in the store (issued by another hub node) and caches it.
+    pub async fn refresh_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
+        let hash = crypto::sha256_hex(token.as_bytes());
+        let Some(value) = self.meta.get(&format!("seat/{hash}")).await? else {
+            return Ok(None);
+        };
+        let Ok(rec) = serde_json::from_slice::<SeatRecord>(&value) else {
+            return Ok(None);
+        };
+        let Some(seat) = Seat::parse(&rec.seat) else {
+            return Ok(None);
+        };
+        let auth = SeatAuth {
+            inbox: rec.inbox,
+            game: rec.game,
+            seat,
+        };
+        self.tokens.insert(hash, auth.clone());
+        Ok(Some(auth))
+    }
+
     /// The registration of a reserved game.
     pub fn registration(&self, inbox: &str, game: &str) -> Option<Registration> {
         self.games
@@ -460,8 +500,10 @@ impl Seats {
         }
         // From here on the code is spent whatever happens: put back a tombstone.
         self.retire_code(&hash, &rec.inbox, &rec.game).await?;
+        // Read from the store, not the cache: another hub node may have created the game.
         let mut reg = self
-            .registration(&rec.inbox, &rec.game)
+            .refresh(&rec.inbox, &rec.game)
+            .await?
             .ok_or_else(|| HubError::NotFound("the game was cancelled".into()))?;
         if reg.paired || reg.code_hash.as_deref() != Some(hash.as_str()) {
             return Err(HubError::CodeUsed);

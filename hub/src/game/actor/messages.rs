@@ -97,32 +97,48 @@ impl Handler<Choose> for GameActor {
 
     fn handle(&mut self, msg: Choose, ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
-        let (Some(p), Some(board), Some(seq), Some(head)) = (
+        let s = idx(msg.seat);
+        let commit_at = match (
             self.chain.protocol(),
             self.chain.board(),
             self.chain.seq(),
             self.chain.head(),
-        ) else {
-            return Err(HubError::NotStarted);
+        ) {
+            (Some(p), Some(board), Some(seq), Some(head)) => {
+                if !custody::is_custodial(p.as_ref()) {
+                    return Err(HubError::Refused(Refusal::with(
+                        Reason::IllegalMove,
+                        "bad_move",
+                    )));
+                }
+                if board.outcome().is_over() {
+                    return Err(HubError::Refused(Refusal::new(Reason::AfterEnd)));
+                }
+                let my_turn = matches!(
+                    board.custody(msg.seat),
+                    Some(games::protocol::CustodyStep::Commit)
+                );
+                (my_turn && self.writing.is_none() && !self.held[s])
+                    .then(|| (seq, head.to_string()))
+            }
+            _ => {
+                // Before the start (X's agent has yet to write it): a choice for a
+                // custodial game is held like any early choice.
+                let registry = &self.engine.config.registry;
+                let custodial = self
+                    .registration()
+                    .and_then(|r| registry.get(&r.protocol).cloned())
+                    .is_some_and(|p| custody::is_custodial(p.as_ref()));
+                if !custodial {
+                    return Err(HubError::NotStarted);
+                }
+                None
+            }
         };
-        if !custody::is_custodial(p.as_ref()) {
-            return Err(HubError::Refused(Refusal::with(
-                Reason::IllegalMove,
-                "bad_move",
-            )));
-        }
-        if board.outcome().is_over() {
-            return Err(HubError::Refused(Refusal::new(Reason::AfterEnd)));
-        }
-        let s = idx(msg.seat);
         self.lost[s] = false;
-        let my_turn = matches!(
-            board.custody(msg.seat),
-            Some(games::protocol::CustodyStep::Commit)
-        );
-        if my_turn && self.writing.is_none() && !self.held[s] {
+        if let Some((seq, head)) = commit_at {
             let mv = self.custodian().commit_move(msg.seat, seq + 1, msg.choice);
-            let event = writer::next_event(&self.game, seq, head, msg.seat, Some(mv));
+            let event = writer::next_event(&self.game, seq, &head, msg.seat, Some(mv));
             let draft = writer::finish(
                 &self.engine.config.secret,
                 &self.inbox,

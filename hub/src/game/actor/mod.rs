@@ -17,8 +17,10 @@
 //! inbox), or hold anything that cannot be rebuilt from the store — except a held
 //! rock-paper-scissors choice, whose loss is announced (`held_choice_lost`).
 
+mod cluster;
 mod messages;
 
+pub use cluster::{Kick, Retire};
 pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
 
 use std::sync::Arc;
@@ -245,10 +247,15 @@ impl GameActor {
         };
         // The poster hears its verdict only once it is recorded, so a read of the capture
         // right after the answer agrees with it. The actor does not wait for the store.
+        // In a cluster only the shard's owner records verdicts; a node that follows the
+        // shard computed the same verdict and hands it to its own poster at once.
         let engine = self.engine.clone();
+        let record_it = engine.owns(capture.shard);
         actix::spawn(async move {
-            if let Err(e) = engine.inbox.put_verdict(capture, stored).await {
-                tracing::warn!(%capture, error = %e, "verdict not recorded");
+            if record_it {
+                if let Err(e) = engine.inbox.put_verdict(capture, stored).await {
+                    tracing::warn!(%capture, error = %e, "verdict not recorded");
+                }
             }
             engine.waiters.resolve(capture, outcome);
         });
@@ -373,8 +380,19 @@ impl GameActor {
         let Some(reg) = self.registration() else {
             return;
         };
+        // Only the shard's owner writes what the hub owes on its own; another node writes
+        // only the commit of a choice it holds, which nobody else knows.
+        let owner = self
+            .engine
+            .owns(self.engine.inbox.shard_of(&self.inbox, &self.game));
+        if !owner && !self.held.contains(&true) {
+            return;
+        }
         let secret = &self.engine.config.secret;
         if !self.chain.is_started() {
+            if !owner {
+                return;
+            }
             if reg.paired && reg.hub_writes_start() && !self.chain.is_skipped() {
                 let draft =
                     writer::finish(secret, &self.inbox, writer::start_event(&reg), reg.signed);
@@ -404,7 +422,7 @@ impl GameActor {
                     }
                     _ => continue,
                 },
-                Some(games::protocol::CustodyStep::Reveal { commit, commit_seq }) => {
+                Some(games::protocol::CustodyStep::Reveal { commit, commit_seq }) if owner => {
                     match self.custodian().reveal_move(seat, commit_seq, &commit) {
                         Some(mv) => mv,
                         None => {
@@ -413,7 +431,7 @@ impl GameActor {
                         }
                     }
                 }
-                None => continue,
+                _ => continue,
             };
             let event = writer::next_event(&self.game, seq, head, seat, Some(mv));
             let draft = writer::finish(secret, &self.inbox, event, self.chain.signed());

@@ -1,6 +1,7 @@
 //! [`Hub`]: the methods every edge calls. Each one checks seats and caps first, appends
 //! only what passed, and then waits for the verdict on its own capture.
 
+mod cluster;
 mod reads;
 
 use std::sync::Arc;
@@ -119,7 +120,7 @@ impl Hub {
 
     /// The seat a bearer token opens, or `None` (401) for an unknown token.
     pub async fn seat_for_token(&self, token: &str) -> Option<SeatAuth> {
-        self.engine.seats.seat_for_token(token)
+        self.lookup_token(token).await
     }
 
     /// True when the store can take writes.
@@ -142,7 +143,7 @@ impl Hub {
         raw: Bytes,
         auth: Option<SeatAuth>,
     ) -> Result<Posted, HubError> {
-        let reg = self.engine.seats.registration(inbox, &event.game);
+        let reg = self.registration(inbox, &event.game).await?;
         if let Some(a) = &auth {
             if a.inbox != inbox || a.game != event.game {
                 return Err(HubError::Forbidden("this token is for another game".into()));
@@ -185,7 +186,7 @@ impl Hub {
     /// `POST …/moves`: `body` is `{"move": …}` (or `{"choice": …}` in rock-paper-scissors)
     /// for a hub-held seat; the hub writes seq, prevHash, player and sig.
     pub async fn post_move(&self, auth: &SeatAuth, body: Value) -> Result<Posted, HubError> {
-        let reg = self.hub_held(auth)?;
+        let reg = self.hub_held(auth).await?;
         let Value::Object(mut body) = body else {
             return Err(HubError::Input(Refusal::with(Reason::Schema, "move")));
         };
@@ -231,7 +232,7 @@ impl Hub {
 
     /// `POST …/resign` by seat token: the hub writes the resign for a hub-held seat.
     pub async fn resign(&self, auth: &SeatAuth) -> Result<Posted, HubError> {
-        self.hub_held(auth)?;
+        self.hub_held(auth).await?;
         self.write_for(auth, None).await
     }
 
@@ -341,6 +342,7 @@ impl Hub {
             .engine
             .ask(&reg.inbox, &reg.game, actor::Paired)
             .await?;
+        self.hand_over(&reg.inbox, &reg.game).await;
         if reg.hub_writes_start() {
             let _ = tokio::time::timeout(self.engine.config.verdict_wait, started).await;
         }
@@ -434,11 +436,10 @@ impl Hub {
     }
 
     /// The registration of `auth`'s game when the hub may write for its seat.
-    fn hub_held(&self, auth: &SeatAuth) -> Result<Registration, HubError> {
+    async fn hub_held(&self, auth: &SeatAuth) -> Result<Registration, HubError> {
         let reg = self
-            .engine
-            .seats
             .registration(&auth.inbox, &auth.game)
+            .await?
             .ok_or_else(|| HubError::NotFound("no such seated game".into()))?;
         if reg.signed && reg.agent_held(auth.seat) {
             return Err(HubError::AgentHeld);

@@ -21,6 +21,11 @@ impl Hub {
         game: &str,
         viewer: Viewer,
     ) -> Result<GameState, HubError> {
+        if self.clustered() {
+            // Another node may have created or paired it: the actor's state reads the
+            // registration from this node's cache.
+            self.registration(inbox, game).await?;
+        }
         if !self.engine.exists(inbox, game).await? {
             return Err(HubError::NotFound("no such game".into()));
         }

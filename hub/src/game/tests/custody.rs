@@ -142,3 +142,102 @@ async fn a_restarted_hub_rebuilds_games_and_reports_a_lost_held_choice() {
         .expect("held");
     assert_eq!(again.state.and_then(|s| s.notice), None);
 }
+
+#[actix_rt::test]
+async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
+    let f = open(config()).await;
+    let agent = crypto::seat_key(b"agent secret for this test", "a", "b", Seat::X);
+    let public = crypto::public_key_hex(&agent.verifying_key());
+    let created = f
+        .hub
+        .create_game(
+            INBOX,
+            CreateGame {
+                protocol: Some("pipehub:rock-paper-scissors".into()),
+                rules: None,
+                signed: true,
+                key: Some(public),
+            },
+            "host",
+        )
+        .await
+        .expect("created");
+    let x = f.hub.seat_for_token(&created.token).await.expect("X");
+    let paired = f
+        .hub
+        .pair(&created.pairing_code, None)
+        .await
+        .expect("paired");
+    let o = f.hub.seat_for_token(&paired.token).await.expect("O");
+    // O (hub-held) chooses while the game waits for X's agent to start it: held.
+    let held = f
+        .hub
+        .post_move(&o, json!({"choice": "paper"}))
+        .await
+        .expect("held");
+    assert_eq!(held.verdict, Verdict::Held);
+    assert_eq!(held.state.map(|s| s.phase), Some(Phase::Paired));
+
+    // X's agent signs its own start and its own commit.
+    let keys = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::X))
+        .await
+        .expect("state")
+        .keys
+        .expect("keys");
+    let sign = |mut ev: Event| {
+        let prepared = games::verify::Prepared::of(&ev);
+        ev.sig = Some(crypto::sign(&agent, &prepared.canonical));
+        ev
+    };
+    let mut start = event(&x.game, 0, "", Seat::X, None);
+    start.protocol = Some("pipehub:rock-paper-scissors".into());
+    start.rules = json!({"bestOf": 3, "keys": {"X": keys.x, "O": keys.o}, "inboxes": [INBOX]})
+        .as_object()
+        .cloned();
+    let p = post(&f, sign(start), Some(x.clone())).await.expect("start");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    let nonce = "00112233445566778899aabbccddeeff";
+    let commit = json!({"commit": crypto::rps_commit("rock", nonce)});
+    let ev = sign(event(
+        &x.game,
+        1,
+        &p.hash.expect("hash"),
+        Seat::X,
+        Some(commit),
+    ));
+    let p = post(&f, ev, Some(x.clone())).await.expect("commit");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    // The hub commits O's held choice on O's turn, signed with O's derived key.
+    let mut seq = 0;
+    for _ in 0..100 {
+        let s = f
+            .hub
+            .state(INBOX, &x.game, Viewer::Seat(Seat::O))
+            .await
+            .expect("state");
+        seq = s.seq.unwrap_or(0);
+        if seq >= 2 {
+            let pending = s
+                .view
+                .as_ref()
+                .and_then(|v| v.get("pendingChoice"))
+                .cloned();
+            assert_eq!(pending, Some(json!("paper")));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seq, 2);
+    // It is X's agent's turn to reveal; the hub writes nothing for an agent-held seat.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let s = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Spectator)
+        .await
+        .expect("state");
+    assert_eq!(s.seq, Some(2));
+    let spectator = serde_json::to_string(&s).expect("json");
+    assert!(!spectator.contains("\"paper\"") && !spectator.contains("pendingChoice"));
+}

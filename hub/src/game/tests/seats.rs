@@ -259,7 +259,11 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
         Some("code_expired")
     );
     assert_eq!(
-        g.hub.pair(&e.pairing_code, None).await.err().map(|e| e.code()),
+        g.hub
+            .pair(&e.pairing_code, None)
+            .await
+            .err()
+            .map(|e| e.code()),
         Some("code_expired"),
         "an expired code stays expired"
     );
