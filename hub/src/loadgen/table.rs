@@ -110,9 +110,23 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
             shared
                 .seated
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            // The first game waits for every table to be seated, so the measured window
-            // sees all G games playing at once.
-            let _ = control.wait_for(|c| *c != Control::Setup).await;
+        }
+        if *control.borrow() == Control::Setup {
+            // The first games wait for every table to be seated, so the measured window
+            // sees all G games playing at once. The sockets are read meanwhile (the hub
+            // drops a socket whose pings go unanswered); the states read are stale by
+            // the time play starts, so each seat asks for its board again.
+            if !idle_until_play(&mut socks, &mut control).await {
+                shared
+                    .stats
+                    .error(|| "a socket closed while the run was being set up".into());
+                continue;
+            }
+            let board = [wire::game_board(), wire::game_board()];
+            if let Err(e) = send_both(&mut socks, &board).await {
+                shared.stats.error(|| format!("websocket: {e}"));
+                continue;
+            }
         }
         let deadline = match *control.borrow() {
             Control::Play { deadline } => deadline,
@@ -141,6 +155,28 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
     if let Some(socks) = sockets {
         for mut ws in socks {
             let _ = timeout(Duration::from_secs(1), ws.close(None)).await;
+        }
+    }
+}
+
+/// Reads and drops frames until the conductor leaves [`Control::Setup`]; false when a
+/// socket closes first.
+async fn idle_until_play(socks: &mut [Ws; 2], control: &mut watch::Receiver<Control>) -> bool {
+    loop {
+        let [a, b] = &mut *socks;
+        let frame = tokio::select! {
+            changed = control.changed() => {
+                if changed.is_err() || *control.borrow() != Control::Setup {
+                    return true;
+                }
+                continue;
+            }
+            f = a.next() => f,
+            f = b.next() => f,
+        };
+        match frame {
+            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return false,
+            Some(Ok(_)) => {}
         }
     }
 }
