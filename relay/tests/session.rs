@@ -1,0 +1,267 @@
+//! The relay on its own: a real actix-web server on 127.0.0.1:0 with the `/v1/ws` route and
+//! a scripted [`Games`] service standing in for the hub, driven by a WebSocket client.
+//!
+//! The script publishes each accepted move into the rooms *before* answering the mover, as
+//! the hub's actors do, so these tests pin down the session's ordering rules: the mover
+//! gets exactly one state per move, carrying its ref; everyone else gets it once, without.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{App, HttpServer};
+use async_trait::async_trait;
+use futures_util::{SinkExt, StreamExt};
+use games::Seat;
+use relay::{Cause, Delivery, Failure, Games, Outcome, Relay, Rooms, SeatRef, StateFrame, Views};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// One game "i/g" whose seq goes up by one per accepted move.
+struct Script {
+    rooms: Rooms,
+    seq: AtomicU64,
+    /// How many plays the scripted limiter lets through.
+    budget: AtomicU64,
+}
+
+impl Script {
+    fn frame(&self, seat: Option<Seat>, seq: u64) -> StateFrame {
+        let seat = seat.map(Seat::as_str);
+        StateFrame::encode(Some(seq), &json!({"game": "g", "seat": seat, "seq": seq}))
+            .expect("an object")
+    }
+
+    fn views(&self, seq: u64) -> Views {
+        Views {
+            x: self.frame(Some(Seat::X), seq),
+            o: self.frame(Some(Seat::O), seq),
+            spectator: self.frame(None, seq),
+        }
+    }
+}
+
+#[async_trait]
+impl Games for Script {
+    async fn open_seat(&self, token: &str) -> Option<SeatRef> {
+        let seat = match token {
+            "tx" => Seat::X,
+            "to" => Seat::O,
+            _ => return None,
+        };
+        Some(SeatRef {
+            inbox: "i".into(),
+            game: "g".into(),
+            seat,
+            person: [seat as u8; 32],
+        })
+    }
+
+    async fn state(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Option<Seat>,
+    ) -> Result<StateFrame, Failure> {
+        if (inbox, game) != ("i", "g") {
+            return Err(Failure::new("not_found", "no such game"));
+        }
+        Ok(self.frame(seat, self.seq.load(Ordering::SeqCst)))
+    }
+
+    async fn play(&self, seat: &SeatRef, mv: Value) -> Result<Outcome, Failure> {
+        if self.budget.fetch_sub(1, Ordering::SeqCst) == 0 {
+            self.budget.store(0, Ordering::SeqCst);
+            return Err(Failure::new("rate_limited", "retry after 1 s"));
+        }
+        let now = self.seq.load(Ordering::SeqCst);
+        if mv["bad"] == true {
+            return Ok(Outcome::Rejected {
+                error: "illegal_move".into(),
+                detail: Some("occupied".into()),
+                state: self.frame(Some(seat.seat), now),
+            });
+        }
+        let seq = now + 1;
+        self.seq.store(seq, Ordering::SeqCst);
+        let delivery = Delivery {
+            cause: Cause::Accepted {
+                seat: Some(seat.seat),
+            },
+            views: self.views(seq),
+        };
+        self.rooms.publish("i", "g", delivery);
+        // Give the publication time to reach the sockets before the answer does.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(Outcome::Accepted(self.frame(Some(seat.seat), seq)))
+    }
+
+    async fn resign(&self, seat: &SeatRef) -> Result<Outcome, Failure> {
+        self.play(seat, json!({})).await
+    }
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn start(budget: u64) -> String {
+    let rooms = Rooms::new();
+    let script = Script {
+        rooms: rooms.clone(),
+        seq: AtomicU64::new(0),
+        budget: AtomicU64::new(budget),
+    };
+    let relay = Relay::new(Arc::new(script), rooms);
+    let server = HttpServer::new(move || App::new().configure(relay::configure(relay.clone())))
+        .workers(1)
+        .disable_signals()
+        .bind(("127.0.0.1", 0))
+        .expect("a free port");
+    let addr = server.addrs()[0];
+    actix_rt::spawn(server.run());
+    format!("ws://{addr}/v1/ws")
+}
+
+async fn connect(url: &str) -> Socket {
+    let (socket, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("the relay accepts the WebSocket");
+    socket
+}
+
+async fn send(ws: &mut Socket, v: Value) {
+    ws.send(Message::text(v.to_string())).await.expect("sent");
+}
+
+/// The next JSON message, or `None` when nothing arrives within `wait`.
+async fn next(ws: &mut Socket, wait: Duration) -> Option<Value> {
+    loop {
+        match tokio::time::timeout(wait, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => return serde_json::from_str(&t).ok(),
+            Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => return None,
+            Ok(Some(Ok(_))) => continue,
+        }
+    }
+}
+
+async fn recv(ws: &mut Socket) -> Value {
+    next(ws, WAIT).await.expect("a message")
+}
+
+async fn seated(url: &str, token: &str) -> Socket {
+    let mut ws = connect(url).await;
+    send(&mut ws, json!({"t": "hello", "token": token})).await;
+    assert_eq!(recv(&mut ws).await["t"], "hello.ok");
+    assert_eq!(recv(&mut ws).await["t"], "game.state");
+    ws
+}
+
+#[actix_rt::test]
+async fn the_mover_gets_one_state_with_its_ref_and_everyone_else_one_without() {
+    let url = start(100).await;
+    let mut x = seated(&url, "tx").await;
+    let mut o = seated(&url, "to").await;
+    let mut watcher = connect(&url).await;
+    send(&mut watcher, json!({"t": "hello"})).await;
+    assert_eq!(
+        recv(&mut watcher).await,
+        json!({"t": "hello.ok", "seat": null, "inbox": null, "game": null})
+    );
+    send(
+        &mut watcher,
+        json!({"t": "game.subscribe", "inbox": "i", "game": "g"}),
+    )
+    .await;
+    assert_eq!(recv(&mut watcher).await["seq"], 0);
+
+    for (seq, r) in [(1, "a"), (2, "b"), (3, "c")] {
+        send(&mut x, json!({"t": "game.move", "move": {}, "ref": r})).await;
+        assert_eq!(
+            recv(&mut x).await,
+            json!({"t": "game.state", "ref": r, "game": "g", "seat": "X", "seq": seq})
+        );
+        assert_eq!(
+            recv(&mut o).await,
+            json!({"t": "game.state", "game": "g", "seat": "O", "seq": seq})
+        );
+        assert_eq!(
+            recv(&mut watcher).await,
+            json!({"t": "game.state", "game": "g", "seat": null, "seq": seq})
+        );
+    }
+    // Nothing else was sent: no duplicate of the mover's own publication.
+    assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
+}
+
+#[actix_rt::test]
+async fn refusals_and_failures_are_followed_by_the_true_state() {
+    let url = start(2).await;
+    let mut x = seated(&url, "tx").await;
+    send(
+        &mut x,
+        json!({"t": "game.move", "move": {"bad": true}, "ref": 1}),
+    )
+    .await;
+    assert_eq!(
+        recv(&mut x).await,
+        json!({"t": "game.refused", "ref": 1, "error": "illegal_move", "detail": "occupied"})
+    );
+    assert_eq!(recv(&mut x).await["seq"], 0);
+    send(&mut x, json!({"t": "game.move", "move": {}, "ref": 2})).await;
+    assert_eq!(recv(&mut x).await["ref"], 2);
+    // The budget is spent: refused by the limiter, then the board as it is.
+    send(&mut x, json!({"t": "game.resign", "ref": "r"})).await;
+    let limited = recv(&mut x).await;
+    assert_eq!(
+        (limited["t"].clone(), limited["error"].clone()),
+        (json!("game.refused"), json!("rate_limited"))
+    );
+    assert_eq!(
+        recv(&mut x).await,
+        json!({"t": "game.state", "game": "g", "seat": "X", "seq": 1})
+    );
+}
+
+#[actix_rt::test]
+async fn messages_out_of_place_get_errors_that_leave_the_socket_open() {
+    let url = start(10).await;
+    let mut ws = connect(&url).await;
+    let expect_error = |v: Value, code: &str| {
+        assert_eq!(
+            (v["t"].clone(), v["error"].clone(), v["close"].clone()),
+            (json!("error"), json!(code), json!(false)),
+            "{v}"
+        );
+    };
+    send(
+        &mut ws,
+        json!({"t": "game.subscribe", "inbox": "i", "game": "g"}),
+    )
+    .await;
+    expect_error(recv(&mut ws).await, "unauthorized");
+    send(&mut ws, json!({"t": "hello", "token": "nobody"})).await;
+    expect_error(recv(&mut ws).await, "unauthorized");
+    send(&mut ws, json!({"t": "hello"})).await;
+    assert_eq!(recv(&mut ws).await["t"], "hello.ok");
+    send(&mut ws, json!({"t": "game.board"})).await;
+    expect_error(recv(&mut ws).await, "not_found");
+    send(
+        &mut ws,
+        json!({"t": "game.subscribe", "inbox": "i", "game": "nope"}),
+    )
+    .await;
+    expect_error(recv(&mut ws).await, "not_found");
+    send(&mut ws, json!({"t": "game.resign", "ref": 1})).await;
+    expect_error(recv(&mut ws).await, "forbidden");
+    ws.send(Message::binary(vec![1, 2, 3])).await.expect("sent");
+    expect_error(recv(&mut ws).await, "bad_json");
+    // Still serving: a subscription works.
+    send(
+        &mut ws,
+        json!({"t": "game.subscribe", "inbox": "i", "game": "g"}),
+    )
+    .await;
+    assert_eq!(recv(&mut ws).await["t"], "game.state");
+}
