@@ -23,6 +23,7 @@ enum Command {
     /// Drive a running hub with concurrent seated games over WebSockets and report what it sustained.
     Loadgen(cli::loadgen::Args),
     /// Run the hub: the inbox, the referee, the HTTP API and the operators' endpoints.
+    #[command(long_about = cli::serve::LONG_ABOUT)]
     Serve(cli::serve::Args),
     /// Run the local agent an AI assistant plays through: a stdio MCP server.
     Mcp(cli::mcp::Args),

@@ -13,18 +13,20 @@ use ipnet::IpNet;
 use crate::config::Config;
 use crate::limits::RateSpec;
 
+/// The long help of `pipehub serve` (`pipehub serve --help`).
+pub const LONG_ABOUT: &str =
+    "Run the hub: an embedded durable inbox under --data, one referee per game, \
+the HTTP API under /v1 (OpenAPI at /v1/openapi.json), the WebSocket relay at /v1/ws, \
+Prometheus metrics at /metrics, and /healthz and /readyz for orchestrators.
+
+SIGTERM or SIGINT stops it gracefully: it stops taking requests, answers the ones in \
+flight, and makes every acknowledged event durable first.
+
+Logs go to standard error; PIPEHUB_LOG (or RUST_LOG) sets the filter, e.g. \
+PIPEHUB_LOG=hub=debug.";
+
 /// Arguments of `pipehub serve`.
 #[derive(Debug, clap::Args)]
-#[command(
-    about = "Run the hub: the inbox, the referee, the HTTP API and the operators' endpoints",
-    long_about = "Run the hub: an embedded durable inbox under --data, one referee per game, \
-                  the HTTP API under /v1 (OpenAPI at /v1/openapi.json), Prometheus metrics \
-                  at /metrics, and /healthz and /readyz for orchestrators.\n\n\
-                  SIGTERM or SIGINT stops it gracefully: it stops taking requests, answers \
-                  the ones in flight, and makes every acknowledged event durable first.\n\n\
-                  Logs go to standard error; PIPEHUB_LOG (or RUST_LOG) sets the filter, \
-                  e.g. PIPEHUB_LOG=hub=debug."
-)]
 pub struct Args {
     /// Address to listen on for HTTP. Port 0 picks a free port; the chosen address is
     /// printed on standard output as `listening on ADDR`.
@@ -45,8 +47,9 @@ pub struct Args {
     )]
     pub data: PathBuf,
 
-    /// Redis URL for a shared store across several hub nodes. Not available in this build
-    /// yet (a later issue); the hub refuses to start with it rather than ignore it.
+    /// Redis URL (redis://HOST:PORT/DB) of a store shared by several hub nodes, which then
+    /// act as one hub: shards are leased to live nodes and move when one dies. Needs
+    /// --secret / PIPEHUB_SECRET, the same on every node.
     #[arg(long, env = "PIPEHUB_REDIS", value_name = "URL")]
     pub redis: Option<String>,
 
