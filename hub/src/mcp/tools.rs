@@ -146,12 +146,18 @@ impl ServerHandler for Tools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
         let name = request.name.to_string();
         tracing::info!(tool = %name, "tool call");
-        let result = match self.dispatch(&name, &args).await {
+        // A client that gives up on a call (a long game_wait) cancels it; whatever was
+        // posted by then is in the log, and the next call verifies it like any other.
+        let outcome = tokio::select! {
+            outcome = self.dispatch(&name, &args) => outcome,
+            () = context.ct.cancelled() => Err(AgentError::Usage("the call was cancelled".into())),
+        };
+        let result = match outcome {
             Ok(Outcome::Answer(a)) => success(a),
             Ok(Outcome::List(v)) => listing(v),
             Err(e) => {
