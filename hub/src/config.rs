@@ -30,7 +30,7 @@ pub struct Config {
     pub listen: String,
     /// Data directory of the embedded store and the generated secret.
     pub data: PathBuf,
-    /// Redis URL of the shared backend (not available in this build).
+    /// Redis URL of the shared backend: several hub nodes on one Redis.
     pub redis: Option<String>,
     /// The hub secret given by the operator (raw bytes of the string), else generated.
     pub secret: Option<String>,
@@ -78,11 +78,10 @@ pub enum ConfigError {
     #[error("unknown --default-protocol `{0}`; `pipehub protocol list` shows the built-in ones")]
     UnknownProtocol(String),
     #[error(
-        "the Redis backend (--redis / PIPEHUB_REDIS) is not available in this build yet; \
-         it is planned as a later issue. Run without --redis to use the embedded store \
-         under --data"
+        "--redis needs the hub secret (--secret / PIPEHUB_SECRET), the same on every node, \
+         so that hub-held keys and nonces agree across nodes"
     )]
-    RedisUnavailable,
+    RedisNeedsSecret,
     #[error("hub secret file {path}: {source}")]
     SecretFile { path: PathBuf, source: io::Error },
 }
@@ -90,8 +89,8 @@ pub enum ConfigError {
 impl Config {
     /// Checks the settings that need no I/O.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.redis.is_some() {
-            return Err(ConfigError::RedisUnavailable);
+        if self.redis.is_some() && self.secret.is_none() {
+            return Err(ConfigError::RedisNeedsSecret);
         }
         if let Some(secret) = &self.secret {
             if secret.len() < MIN_SECRET_BYTES {
@@ -198,8 +197,16 @@ mod tests {
             redis: Some("redis://127.0.0.1".into()),
             ..Config::default()
         };
-        let err = redis.validate().expect_err("redis is refused");
-        assert!(err.to_string().contains("later issue"));
+        let err = redis
+            .validate()
+            .expect_err("redis without a secret is refused");
+        assert!(err.to_string().contains("PIPEHUB_SECRET"));
+        let redis = Config {
+            redis: Some("redis://127.0.0.1".into()),
+            secret: Some("0123456789abcdef".into()),
+            ..Config::default()
+        };
+        assert!(redis.validate().is_ok());
         let shards = Config {
             shards: 0,
             ..Config::default()

@@ -4,11 +4,13 @@
 //! and calls into the library.
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod game;
 pub mod http;
 pub mod inbox;
 pub mod meta;
+pub mod meta_redis;
 pub mod limits;
 pub mod loadgen;
 pub mod mcp;

@@ -54,8 +54,11 @@ pub struct Metrics {
     pub pairing_failures: IntCounterVec,
     /// `pipehub_inbox_append_seconds`: from an append call to its record being durable.
     pub inbox_append: Histogram,
-    /// `pipehub_inbox_fsync_batch_records`: records made durable by one fsync (group commit).
-    pub inbox_fsync_batch: Histogram,
+    /// `pipehub_inbox_fsyncs_total`: fsyncs of the inbox's log; appends per fsync is the
+    /// group-commit factor (`pipehub_inbox_appended_total` / this).
+    pub inbox_fsyncs: IntCounter,
+    /// `pipehub_inbox_fsync_batch_max_records`: the most records one fsync made durable.
+    pub inbox_fsync_batch_max: IntGauge,
     /// `pipehub_inbox_appended_total`: records appended to the inbox.
     pub inbox_appended: IntCounter,
     /// `pipehub_consumer_backlog_records{shard}`: durable records of a shard not yet
@@ -63,6 +66,10 @@ pub struct Metrics {
     pub consumer_backlog: IntGaugeVec,
     /// `pipehub_held_choices`: rock-paper-scissors choices held for their seat's turn.
     pub held_choices: IntGauge,
+    /// `pipehub_cluster_shards_owned`: shard leases this node holds (Redis backend).
+    pub cluster_shards_owned: IntGauge,
+    /// `pipehub_cluster_shards`: the store's shard count (Redis backend; 0 embedded).
+    pub cluster_shards: IntGauge,
     /// `pipehub_http_requests_total{method, route, status}`: HTTP requests answered, by
     /// route pattern (never the raw path).
     pub http_requests: IntCounterVec,
@@ -167,10 +174,13 @@ impl Metrics {
                 "Time from an append call to its record being durable.",
                 latency_buckets(),
             )?,
-            inbox_fsync_batch: histogram(
-                "pipehub_inbox_fsync_batch_records",
-                "Records made durable by one fsync (group commit size).",
-                exponential_buckets(1.0, 2.0, 12)?,
+            inbox_fsyncs: counter(
+                "pipehub_inbox_fsyncs_total",
+                "Fsyncs of the inbox log (each makes a batch of appends durable).",
+            )?,
+            inbox_fsync_batch_max: gauge(
+                "pipehub_inbox_fsync_batch_max_records",
+                "The most records one fsync of the inbox log made durable.",
             )?,
             inbox_appended: counter(
                 "pipehub_inbox_appended_total",
@@ -184,6 +194,14 @@ impl Metrics {
             held_choices: gauge(
                 "pipehub_held_choices",
                 "Rock-paper-scissors choices held until their seat's turn.",
+            )?,
+            cluster_shards_owned: gauge(
+                "pipehub_cluster_shards_owned",
+                "Shard leases this node holds (Redis backend).",
+            )?,
+            cluster_shards: gauge(
+                "pipehub_cluster_shards",
+                "The store's shard count, set by nodes of the Redis backend.",
             )?,
             http_requests: counter_vec(
                 "pipehub_http_requests_total",
@@ -232,9 +250,14 @@ impl Metrics {
         self.inbox_append.observe(elapsed.as_secs_f64());
     }
 
-    /// Records how many records one fsync made durable.
-    pub fn observe_fsync_batch(&self, records: usize) {
-        self.inbox_fsync_batch.observe(records as f64);
+    /// Brings the fsync series up to a store's own running totals.
+    pub fn store_totals(&self, fsyncs: u64, max_batch: u64) {
+        let seen = self.inbox_fsyncs.get();
+        if fsyncs > seen {
+            self.inbox_fsyncs.inc_by(fsyncs - seen);
+        }
+        self.inbox_fsync_batch_max
+            .set(i64::try_from(max_batch).unwrap_or(i64::MAX));
     }
 
     /// Sets the backlog of one shard's consumer.

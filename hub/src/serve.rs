@@ -20,9 +20,11 @@ use crate::config::{Config, ConfigError};
 use crate::game::{Hub, HubConfig, HubError};
 use crate::http;
 use crate::inbox::embedded::EmbeddedInbox;
+use crate::inbox::redis::RedisInbox;
 use crate::inbox::{Inbox, StoreError};
 use crate::limits::{EventLimiter, PairingLimiter};
 use crate::meta::{EmbeddedMeta, Meta};
+use crate::meta_redis::RedisMeta;
 use crate::metrics::Metrics;
 use crate::relay::HubRooms;
 
@@ -68,7 +70,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let metrics = Arc::new(Metrics::new()?);
 
     let opened = Instant::now();
-    let (inbox, meta) = open_store(&config, &metrics).await?;
+    let (inbox, meta, cluster) = open_store(&config, &metrics).await?;
     tracing::info!(
         data = %config.data.display(),
         shards = inbox.shards(),
@@ -82,9 +84,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut hub_config = HubConfig::new(registry.clone(), secret);
     hub_config.max_open_games = Some(config.max_open_games);
     hub_config.max_captures_per_game = Some(config.max_captures_per_game);
+    hub_config.cluster = cluster
+        .clone()
+        .map(|c| c as crate::cluster::SharedOwnership);
     let ws_rooms = ::relay::Rooms::new();
     let rooms = Arc::new(HubRooms::new(ws_rooms.clone()));
     let hub = Hub::open(hub_config, inbox.clone(), meta, metrics.clone(), rooms).await?;
+    let (leases_stop, leases_stop_rx) = tokio::sync::watch::channel(false);
+    let leases = cluster.map(|c| {
+        tracing::info!(node = c.node(), "cluster node: taking shard leases");
+        tokio::spawn(c.run(hub.clone(), leases_stop_rx))
+    });
 
     let state = http::AppState {
         hub: hub.clone(),
@@ -136,6 +146,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
     housekeeping.abort();
+    if let Some(leases) = leases {
+        // Released leases pass to the other nodes at once instead of after their TTL.
+        let _ = leases_stop.send(true);
+        let _ = leases.await;
+    }
     hub.shutdown().await;
     inbox.sync().await?;
     tracing::info!("stopped; every acknowledged event is durable");
@@ -152,12 +167,30 @@ async fn housekeep(state: http::AppState) {
     }
 }
 
-/// Opens the embedded inbox and meta store, which share the data directory.
-async fn open_store(
-    config: &Config,
-    metrics: &Arc<Metrics>,
-) -> Result<(Arc<dyn Inbox>, Arc<dyn Meta>), ServeError> {
-    let _ = metrics;
+/// A store and, with the Redis backend, this node's place in the cluster.
+type Store = (
+    Arc<dyn Inbox>,
+    Arc<dyn Meta>,
+    Option<Arc<crate::cluster::RedisCluster>>,
+);
+
+/// Opens the Redis backend when `--redis` is given, else the embedded inbox and meta
+/// store, which share the data directory.
+async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, ServeError> {
+    if let Some(url) = &config.redis {
+        let inbox = RedisInbox::open(url, config.shards).await?;
+        let meta = RedisMeta::new(inbox.connection());
+        let blocking = crate::inbox::redis::connect(url).await?;
+        let cluster = crate::cluster::RedisCluster::new(
+            inbox.connection(),
+            blocking,
+            inbox.shards(),
+            metrics.clone(),
+        );
+        inbox.set_fence(cluster.clone());
+        metrics.cluster_shards.set(i64::from(inbox.shards()));
+        return Ok((inbox, Arc::new(meta), Some(cluster)));
+    }
     let inbox = EmbeddedInbox::open(&config.data, config.shards)?;
     if inbox.shards() != config.shards {
         tracing::info!(
@@ -167,5 +200,5 @@ async fn open_store(
         );
     }
     let meta = EmbeddedMeta::open(&config.data)?;
-    Ok((Arc::new(inbox), Arc::new(meta)))
+    Ok((Arc::new(inbox), Arc::new(meta), None))
 }

@@ -25,6 +25,7 @@ mod codec;
 pub mod embedded;
 mod index;
 pub mod log;
+pub mod redis;
 mod writer;
 
 use std::fmt;

@@ -58,7 +58,11 @@ impl Hub {
                 }
             }
         }
-        tracing::info!(shard, games = games.len(), "rebuilding the games of a shard taken over");
+        tracing::info!(
+            shard,
+            games = games.len(),
+            "rebuilding the games of a shard taken over"
+        );
         for (inbox, game) in games {
             let _ = engine.ask(&inbox, &game, Retire).await;
             let _ = engine.ask(&inbox, &game, Snapshot(Viewer::Spectator)).await;

@@ -1,0 +1,668 @@
+//! The Redis Streams backend of the [`Inbox`]: several hub nodes share one Redis and act
+//! as one hub (DESIGN.md section 6).
+//!
+//! Each shard is one stream, `ph:s:{shard}`. An append is one Lua script, so it is atomic
+//! on the server: it takes the shard's next position from a counter (`ph:seq:{shard}`),
+//! adds the entry with the explicit stream id `0-{pos}` (positions stay gapless and start at
+//! 1, exactly as the embedded log's, so captures read `shard:pos` whatever the backend),
+//! and pushes the position onto the game's index, the capture onto the inbox's index and,
+//! for a game's first capture, the game onto the inbox's game list. A capture is answered
+//! only after the script returned, so nothing is acknowledged that Redis did not take; how
+//! durable "took" is depends on the server's persistence (`appendfsync always`: every
+//! acknowledged event survives a crash of Redis; `everysec`: up to a second can be lost;
+//! no AOF: back to the last snapshot). deploy/README.md says the same for operators.
+//!
+//! Verdicts go to a hash per shard (`ph:v:{shard}`, for lookups) and a verdict stream per
+//! shard (`ph:vs:{shard}`, the history other nodes and operators can follow). Writing one is
+//! *fenced*: the script records it only while the caller's lease value still sits in
+//! `ph:lease:{shard}` (see [`crate::cluster`]), so an owner that paused past its lease
+//! cannot overwrite its successor's verdicts. A standalone user of this type (no cluster)
+//! writes unfenced.
+//!
+//! Waiting for records: appends made here bump their shard's watch at once; appends made by
+//! other nodes are noticed by one background task that blocks in `XREAD` on every shard
+//! stream and then reads the shard counters. The same task is the health check: when Redis
+//! does not answer, [`Inbox::ready`] turns false (503 and a failing `/readyz`) until it does
+//! again. The connection manager reconnects by itself.
+//!
+//! What it deliberately does not do: work on Redis Cluster (the keys of one append span
+//! several hash slots; one Redis primary, with replicas if wanted, is the supported shape),
+//! or trim streams (a game's history is its chain).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use games::{Reason, Seat};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script};
+use tokio::sync::watch;
+
+use super::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, StoredVerdict};
+
+/// How long one command may take before the store counts as unreachable.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the watcher blocks in `XREAD` before it looks again anyway.
+const WATCH_BLOCK_MS: u64 = 1000;
+
+const APPEND: &str = r"
+local pos = redis.call('INCR', KEYS[1])
+redis.call('XADD', KEYS[2], '0-' .. pos, 'i', ARGV[1], 'g', ARGV[2], 's', ARGV[3], 'r', ARGV[4], 't', ARGV[5])
+local n = redis.call('RPUSH', KEYS[3], pos)
+redis.call('RPUSH', KEYS[4], ARGV[6] .. ':' .. pos)
+if n == 1 then redis.call('RPUSH', KEYS[5], ARGV[2]) end
+return pos
+";
+
+const PUT_VERDICT: &str = r"
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('XADD', KEYS[3], '*', 'c', ARGV[2], 'v', ARGV[3], 'l', ARGV[1])
+return 1
+";
+
+/// The lease value to fence a shard's verdicts with, if the caller is a cluster node.
+pub trait Fence: Send + Sync {
+    /// The value this node holds in `ph:lease:{shard}`, or `None` when it does not own it.
+    fn lease_value(&self, shard: u32) -> Option<String>;
+}
+
+/// Redis key names, all under `ph:` so a Redis can be shared with other applications.
+pub mod keys {
+    pub const SHARDS: &str = "ph:shards";
+    pub fn stream(shard: u32) -> String {
+        format!("ph:s:{shard}")
+    }
+    pub fn seq(shard: u32) -> String {
+        format!("ph:seq:{shard}")
+    }
+    pub fn verdicts(shard: u32) -> String {
+        format!("ph:v:{shard}")
+    }
+    pub fn verdict_stream(shard: u32) -> String {
+        format!("ph:vs:{shard}")
+    }
+    pub fn lease(shard: u32) -> String {
+        format!("ph:lease:{shard}")
+    }
+    pub fn fence(shard: u32) -> String {
+        format!("ph:fence:{shard}")
+    }
+    pub fn intents(shard: u32) -> String {
+        format!("ph:x:{shard}")
+    }
+    /// The game's index; the inbox's length keeps `a|b` + `c` apart from `a` + `b|c`.
+    pub fn game(inbox: &str, game: &str) -> String {
+        format!("ph:g:{}:{inbox}|{game}", inbox.len())
+    }
+    pub fn inbox(inbox: &str) -> String {
+        format!("ph:i:{inbox}")
+    }
+    pub fn game_list(inbox: &str) -> String {
+        format!("ph:gl:{inbox}")
+    }
+}
+
+/// The Redis inbox. Cheap to share behind an `Arc`.
+pub struct RedisInbox {
+    con: ConnectionManager,
+    shards: u32,
+    durable: Vec<watch::Sender<u64>>,
+    up: Arc<AtomicBool>,
+    fence: parking_lot::RwLock<Option<Arc<dyn Fence>>>,
+    append: Script,
+    put_verdict: Script,
+}
+
+/// A connection manager with the hub's timeouts; it reconnects by itself.
+pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
+    let client = redis::Client::open(url).map_err(unavailable)?;
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(RESPONSE_TIMEOUT)
+        .set_connection_timeout(RESPONSE_TIMEOUT)
+        .set_number_of_retries(2)
+        .set_max_delay(500);
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(unavailable)
+}
+
+pub fn unavailable(e: RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis: {e}"))
+}
+
+impl RedisInbox {
+    /// Connects to `url` and fixes the shard count in Redis if no node did before
+    /// (`shards` is then kept; a later node's `--shards` is ignored, as with the embedded
+    /// store). Starts the watcher task, so it must run inside a tokio runtime.
+    pub async fn open(url: &str, shards: u32) -> Result<Arc<RedisInbox>, StoreError> {
+        if shards == 0 {
+            return Err(StoreError::Corrupt(
+                "a store needs at least one shard".into(),
+            ));
+        }
+        let mut con = connect(url).await?;
+        let _: bool = redis::cmd("SET")
+            .arg(keys::SHARDS)
+            .arg(shards)
+            .arg("NX")
+            .query_async::<Option<String>>(&mut con)
+            .await
+            .map_err(unavailable)?
+            .is_some();
+        let shards: u32 = redis::cmd("GET")
+            .arg(keys::SHARDS)
+            .query_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        let highs = counters(&mut con, shards).await?;
+        let durable = highs.iter().map(|h| watch::channel(*h).0).collect();
+        let inbox = Arc::new(RedisInbox {
+            con,
+            shards,
+            durable,
+            up: Arc::new(AtomicBool::new(true)),
+            fence: parking_lot::RwLock::new(None),
+            append: Script::new(APPEND),
+            put_verdict: Script::new(PUT_VERDICT),
+        });
+        let watcher = connect(url).await?;
+        tokio::spawn(watch_streams(Arc::downgrade(&inbox), watcher));
+        Ok(inbox)
+    }
+
+    /// Fences verdict writes with the cluster's leases from now on.
+    pub fn set_fence(&self, fence: Arc<dyn Fence>) {
+        *self.fence.write() = Some(fence);
+    }
+
+    /// A connection for other users of the same Redis (meta, leases).
+    pub fn connection(&self) -> ConnectionManager {
+        self.con.clone()
+    }
+
+    fn con(&self) -> ConnectionManager {
+        self.con.clone()
+    }
+
+    /// Marks the store up or down after a command, and converts the error.
+    fn seen<T>(&self, r: Result<T, RedisError>) -> Result<T, StoreError> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                    self.up.store(false, Ordering::Release);
+                }
+                Err(unavailable(e))
+            }
+        }
+    }
+
+    fn bump(&self, shard: u32, pos: u64) {
+        if let Some(tx) = self.durable.get(shard as usize) {
+            tx.send_if_modified(|h| {
+                let newer = pos > *h;
+                if newer {
+                    *h = pos;
+                }
+                newer
+            });
+        }
+    }
+
+    async fn records_at(&self, shard: u32, positions: &[u64]) -> Result<Vec<Record>, StoreError> {
+        let mut pipe = redis::pipe();
+        for pos in positions {
+            let id = format!("0-{pos}");
+            pipe.cmd("XRANGE")
+                .arg(keys::stream(shard))
+                .arg(&id)
+                .arg(&id);
+        }
+        let replies: Vec<Vec<Entry>> = self.seen(pipe.query_async(&mut self.con()).await)?;
+        replies
+            .into_iter()
+            .flatten()
+            .map(|e| record(shard, e))
+            .collect()
+    }
+
+    async fn verdicts_of(
+        &self,
+        captures: &[Capture],
+    ) -> Result<Vec<Option<StoredVerdict>>, StoreError> {
+        let mut pipe = redis::pipe();
+        for c in captures {
+            pipe.cmd("HGET").arg(keys::verdicts(c.shard)).arg(c.pos);
+        }
+        let raw: Vec<Option<String>> = self.seen(pipe.query_async(&mut self.con()).await)?;
+        Ok(raw
+            .iter()
+            .map(|v| v.as_deref().and_then(decode_verdict))
+            .collect())
+    }
+
+    /// Lists records (with verdicts) named by `shard:pos` strings.
+    async fn listed(&self, captures: &[String]) -> Result<Vec<Listed>, StoreError> {
+        let mut out = Vec::with_capacity(captures.len());
+        let parsed: Vec<Capture> = captures.iter().filter_map(|c| c.parse().ok()).collect();
+        let verdicts = self.verdicts_of(&parsed).await?;
+        for (c, v) in parsed.into_iter().zip(verdicts) {
+            if let Some(r) = self.records_at(c.shard, &[c.pos]).await?.pop() {
+                out.push((r, v));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One stream entry as `XRANGE` returns it: id and flat field/value list.
+type Entry = (String, Vec<Vec<u8>>);
+
+fn record(shard: u32, (id, fields): Entry) -> Result<Record, StoreError> {
+    let bad = || StoreError::Corrupt(format!("stream entry {id} of shard {shard}"));
+    let pos = id
+        .strip_prefix("0-")
+        .and_then(|p| p.parse::<u64>().ok())
+        .ok_or_else(bad)?;
+    let (mut inbox, mut game, mut seat, mut raw, mut at_ms) = (None, None, None, None, 0);
+    for pair in fields.chunks(2) {
+        let [name, value] = pair else {
+            return Err(bad());
+        };
+        let text = || String::from_utf8(value.clone()).map_err(|_| bad());
+        match name.as_slice() {
+            b"i" => inbox = Some(text()?),
+            b"g" => game = Some(text()?),
+            b"s" => seat = Some(Seat::parse(&text()?)),
+            b"r" => raw = Some(Bytes::copy_from_slice(value)),
+            b"t" => at_ms = text()?.parse().map_err(|_| bad())?,
+            _ => {}
+        }
+    }
+    Ok(Record {
+        capture: Capture { shard, pos },
+        inbox: inbox.ok_or_else(bad)?,
+        game: game.ok_or_else(bad)?,
+        seat: seat.flatten(),
+        raw: raw.ok_or_else(bad)?,
+        at_ms,
+    })
+}
+
+fn encode_verdict(v: &StoredVerdict) -> String {
+    let value = match v {
+        StoredVerdict::Accepted { hash } => serde_json::json!({"v": "a", "h": hash}),
+        StoredVerdict::Rejected { reason, detail } => {
+            serde_json::json!({"v": "r", "r": reason.code(), "d": detail})
+        }
+        StoredVerdict::Skipped => serde_json::json!({"v": "s"}),
+    };
+    value.to_string()
+}
+
+pub fn decode_verdict(text: &str) -> Option<StoredVerdict> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    match v.get("v")?.as_str()? {
+        "a" => Some(StoredVerdict::Accepted {
+            hash: v.get("h")?.as_str()?.to_string(),
+        }),
+        "r" => Some(StoredVerdict::Rejected {
+            reason: Reason::from_code(v.get("r")?.as_str()?)?,
+            detail: v.get("d").and_then(|d| d.as_str()).map(str::to_string),
+        }),
+        "s" => Some(StoredVerdict::Skipped),
+        _ => None,
+    }
+}
+
+async fn counters(con: &mut ConnectionManager, shards: u32) -> Result<Vec<u64>, StoreError> {
+    let mut cmd = redis::cmd("MGET");
+    for s in 0..shards {
+        cmd.arg(keys::seq(s));
+    }
+    let highs: Vec<Option<u64>> = cmd.query_async(con).await.map_err(unavailable)?;
+    Ok(highs.into_iter().map(|h| h.unwrap_or(0)).collect())
+}
+
+/// Follows every shard stream for appends made by other nodes, and keeps `up` true
+/// while Redis answers. Ends when the inbox is dropped.
+async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionManager) {
+    loop {
+        let Some(me) = inbox.upgrade() else { return };
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(WATCH_BLOCK_MS)
+            .arg("STREAMS");
+        for s in 0..me.shards {
+            cmd.arg(keys::stream(s));
+        }
+        for tx in &me.durable {
+            cmd.arg(format!("0-{}", *tx.borrow()));
+        }
+        drop(me);
+        let woke: Result<redis::Value, _> = cmd.query_async(&mut con).await;
+        let Some(me) = inbox.upgrade() else { return };
+        let highs = match woke {
+            Ok(_) => counters(&mut con, me.shards).await,
+            Err(e) => Err(unavailable(e)),
+        };
+        match highs {
+            Ok(highs) => {
+                if !me.up.swap(true, Ordering::AcqRel) {
+                    tracing::info!("redis reachable again");
+                }
+                for (shard, high) in highs.into_iter().enumerate() {
+                    me.bump(shard as u32, high);
+                }
+            }
+            Err(e) => {
+                if me.up.swap(false, Ordering::AcqRel) {
+                    tracing::error!(error = %e, "redis unreachable");
+                }
+                drop(me);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[async_trait]
+impl Inbox for RedisInbox {
+    fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    async fn append(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Option<Seat>,
+        raw: Bytes,
+    ) -> Result<Capture, StoreError> {
+        let shard = self.shard_of(inbox, game);
+        let pos: u64 = self.seen(
+            self.append
+                .key(keys::seq(shard))
+                .key(keys::stream(shard))
+                .key(keys::game(inbox, game))
+                .key(keys::inbox(inbox))
+                .key(keys::game_list(inbox))
+                .arg(inbox)
+                .arg(game)
+                .arg(seat.map_or("", |s| s.as_str()))
+                .arg(raw.as_ref())
+                .arg(now_ms())
+                .arg(shard)
+                .invoke_async(&mut self.con())
+                .await,
+        )?;
+        self.bump(shard, pos);
+        Ok(Capture { shard, pos })
+    }
+
+    async fn read_shard(
+        &self,
+        shard: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        if shard >= self.shards {
+            return Err(StoreError::NoShard(shard));
+        }
+        let entries: Vec<Entry> = self.seen(
+            redis::cmd("XRANGE")
+                .arg(keys::stream(shard))
+                .arg(format!("0-{}", from.max(1)))
+                .arg("+")
+                .arg("COUNT")
+                .arg(max)
+                .query_async(&mut self.con())
+                .await,
+        )?;
+        entries.into_iter().map(|e| record(shard, e)).collect()
+    }
+
+    fn watch_shard(&self, shard: u32) -> Result<watch::Receiver<u64>, StoreError> {
+        self.durable
+            .get(shard as usize)
+            .map(|tx| tx.subscribe())
+            .ok_or(StoreError::NoShard(shard))
+    }
+
+    async fn game_records(&self, inbox: &str, game: &str) -> Result<Vec<Record>, StoreError> {
+        let positions: Vec<u64> = self.seen(
+            redis::cmd("LRANGE")
+                .arg(keys::game(inbox, game))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut self.con())
+                .await,
+        )?;
+        let shard = self.shard_of(inbox, game);
+        let mut out = Vec::with_capacity(positions.len());
+        for chunk in positions.chunks(256) {
+            out.extend(self.records_at(shard, chunk).await?);
+        }
+        Ok(out)
+    }
+
+    async fn list(
+        &self,
+        inbox: &str,
+        game: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        // The cursor is the index in the listed Redis list where the next page starts.
+        let start: usize = match after {
+            None => 0,
+            Some(c) => c.parse().map_err(|_| StoreError::BadCursor)?,
+        };
+        let limit = limit.max(1);
+        let end = (start + limit) as i64; // one more than the page, to know if more follow
+        let captures: Vec<String> = match game {
+            None => self.seen(
+                redis::cmd("LRANGE")
+                    .arg(keys::inbox(inbox))
+                    .arg(start)
+                    .arg(end)
+                    .query_async(&mut self.con())
+                    .await,
+            )?,
+            Some(g) => {
+                let shard = self.shard_of(inbox, g);
+                let positions: Vec<u64> = self.seen(
+                    redis::cmd("LRANGE")
+                        .arg(keys::game(inbox, g))
+                        .arg(start)
+                        .arg(end)
+                        .query_async(&mut self.con())
+                        .await,
+                )?;
+                positions.iter().map(|p| format!("{shard}:{p}")).collect()
+            }
+        };
+        let more = captures.len() > limit;
+        let items = self.listed(&captures[..captures.len().min(limit)]).await?;
+        Ok(Page {
+            items,
+            next: more.then(|| (start + limit).to_string()),
+        })
+    }
+
+    async fn games(&self, inbox: &str, limit: usize) -> Result<Vec<GameEntry>, StoreError> {
+        let from = -(limit.max(1) as i64);
+        let mut names: Vec<String> = self.seen(
+            redis::cmd("LRANGE")
+                .arg(keys::game_list(inbox))
+                .arg(from)
+                .arg(-1)
+                .query_async(&mut self.con())
+                .await,
+        )?;
+        names.reverse();
+        let mut pipe = redis::pipe();
+        for g in &names {
+            pipe.cmd("LINDEX").arg(keys::game(inbox, g)).arg(0);
+            pipe.cmd("LLEN").arg(keys::game(inbox, g));
+        }
+        let facts: Vec<(Option<u64>, u64)> = if names.is_empty() {
+            Vec::new()
+        } else {
+            let flat: Vec<redis::Value> = self.seen(pipe.query_async(&mut self.con()).await)?;
+            flat.chunks(2)
+                .map(|p| {
+                    let first = p.first().and_then(|v| redis::from_redis_value(v).ok());
+                    let n = p.get(1).and_then(|v| redis::from_redis_value(v).ok());
+                    (first, n.unwrap_or(0))
+                })
+                .collect()
+        };
+        Ok(names
+            .into_iter()
+            .zip(facts)
+            .filter_map(|(game, (first, captures))| {
+                let shard = self.shard_of(inbox, &game);
+                Some(GameEntry {
+                    first: Capture { shard, pos: first? },
+                    game,
+                    captures,
+                })
+            })
+            .collect())
+    }
+
+    async fn get(&self, inbox: &str, capture: Capture) -> Result<Option<Listed>, StoreError> {
+        if capture.shard >= self.shards {
+            return Ok(None);
+        }
+        let Some(record) = self.records_at(capture.shard, &[capture.pos]).await?.pop() else {
+            return Ok(None);
+        };
+        if record.inbox != inbox {
+            return Ok(None);
+        }
+        let verdict = self.verdict(capture).await?;
+        Ok(Some((record, verdict)))
+    }
+
+    async fn put_verdict(
+        &self,
+        capture: Capture,
+        verdict: StoredVerdict,
+    ) -> Result<(), StoreError> {
+        let fence = self.fence.read().clone();
+        let lease = match &fence {
+            None => String::new(),
+            Some(f) => f.lease_value(capture.shard).ok_or_else(|| {
+                StoreError::Unavailable(format!("shard {} is not ours", capture.shard))
+            })?,
+        };
+        let stored: u8 = self.seen(
+            self.put_verdict
+                .key(keys::lease(capture.shard))
+                .key(keys::verdicts(capture.shard))
+                .key(keys::verdict_stream(capture.shard))
+                .arg(&lease)
+                .arg(capture.pos)
+                .arg(encode_verdict(&verdict))
+                .invoke_async(&mut self.con())
+                .await,
+        )?;
+        if stored == 0 {
+            return Err(StoreError::Unavailable(format!(
+                "the lease of shard {} moved on; verdict not recorded",
+                capture.shard
+            )));
+        }
+        Ok(())
+    }
+
+    async fn verdict(&self, capture: Capture) -> Result<Option<StoredVerdict>, StoreError> {
+        Ok(self.verdicts_of(&[capture]).await?.pop().flatten())
+    }
+
+    async fn count(&self, inbox: &str, game: &str) -> Result<u64, StoreError> {
+        self.seen(
+            redis::cmd("LLEN")
+                .arg(keys::game(inbox, game))
+                .query_async(&mut self.con())
+                .await,
+        )
+    }
+
+    async fn sync(&self) -> Result<(), StoreError> {
+        // Every write already went to Redis before its call returned; how durable that
+        // is belongs to the server's persistence settings (see the module documentation).
+        Ok(())
+    }
+
+    fn ready(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_round_trip() {
+        for v in [
+            StoredVerdict::Accepted {
+                hash: "ab".repeat(32),
+            },
+            StoredVerdict::Rejected {
+                reason: Reason::StaleSeq,
+                detail: None,
+            },
+            StoredVerdict::Rejected {
+                reason: Reason::IllegalMove,
+                detail: Some("occupied".into()),
+            },
+            StoredVerdict::Skipped,
+        ] {
+            assert_eq!(decode_verdict(&encode_verdict(&v)), Some(v));
+        }
+        assert_eq!(decode_verdict("{\"v\":\"x\"}"), None);
+    }
+
+    #[test]
+    fn game_keys_keep_inbox_and_game_apart() {
+        assert_ne!(keys::game("a|b", "c"), keys::game("a", "b|c"));
+    }
+
+    #[test]
+    fn entries_read_back_as_records() {
+        let fields = vec![
+            b"i".to_vec(),
+            b"box".to_vec(),
+            b"g".to_vec(),
+            b"g1".to_vec(),
+            b"s".to_vec(),
+            b"O".to_vec(),
+            b"r".to_vec(),
+            b"{}".to_vec(),
+            b"t".to_vec(),
+            b"12".to_vec(),
+        ];
+        let r = record(3, ("0-7".into(), fields)).expect("a whole entry");
+        assert_eq!(r.capture, Capture { shard: 3, pos: 7 });
+        assert_eq!((r.inbox.as_str(), r.game.as_str()), ("box", "g1"));
+        assert_eq!(r.seat, Some(Seat::O));
+        assert_eq!(r.at_ms, 12);
+        assert!(record(3, ("5-1".into(), Vec::new())).is_err());
+    }
+}
