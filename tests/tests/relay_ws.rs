@@ -450,3 +450,37 @@ fn websocket_connections(hub: &Hub, c: &Client) -> Option<u64> {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map(|v| v as u64)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_hears_when_its_guest_pairs() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let created = c.post(
+        &hub.url("/v1/inboxes/ws-pair/games"),
+        None,
+        &json!({"protocol": TTT}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    let mut x = Ws::connect(&hub).await;
+    let token = created["token"].as_str().expect("a token").to_string();
+    let (_, state) = x.hello(Some(&token)).await;
+    let state = state.expect("a state");
+    assert_eq!(
+        (state["phase"].clone(), state["seq"].clone()),
+        (json!("waiting"), Value::Null)
+    );
+
+    let paired = tokio::task::block_in_place(|| {
+        c.post(
+            &hub.url("/v1/pair"),
+            None,
+            &json!({"code": created["pairingCode"]}),
+        )
+    });
+    assert_eq!(paired.status, 200, "{}", paired.body);
+    // The hub writes the start of this hub-held game; X's socket hears of it unasked.
+    let started = x.until("game.state", Some(0)).await;
+    assert_eq!(started["phase"], "started");
+    assert_eq!(started["keys"]["O"].as_str().map(str::len), Some(64));
+}
