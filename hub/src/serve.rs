@@ -11,10 +11,13 @@
 //! This module owns no logic of its own: it builds things and hands them to one another.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use actix_web::HttpServer;
+
+mod metered;
 
 use crate::config::{Config, ConfigError};
 use crate::game::{Hub, HubConfig, HubError};
@@ -30,6 +33,8 @@ use crate::relay::HubRooms;
 
 /// How long in-flight requests get to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How often the embedded store's own totals are copied into the metrics.
+const STORE_TOTALS_EVERY: Duration = Duration::from_secs(1);
 /// How often idle rate-limit buckets are forgotten.
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(60);
 
@@ -71,6 +76,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     let opened = Instant::now();
     let (inbox, meta, cluster) = open_store(&config, &metrics).await?;
+    let inbox: Arc<dyn Inbox> = Arc::new(metered::MeteredInbox::new(inbox, metrics.clone()));
     tracing::info!(
         data = %config.data.display(),
         shards = inbox.shards(),
@@ -191,7 +197,8 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         metrics.cluster_shards.set(i64::from(inbox.shards()));
         return Ok((inbox, Arc::new(meta), Some(cluster)));
     }
-    let inbox = EmbeddedInbox::open(&config.data, config.shards)?;
+    let inbox = Arc::new(EmbeddedInbox::open(&config.data, config.shards)?);
+    actix_rt::spawn(export_store_totals(Arc::downgrade(&inbox), metrics.clone()));
     if inbox.shards() != config.shards {
         tracing::info!(
             requested = config.shards,
@@ -200,5 +207,20 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         );
     }
     let meta = EmbeddedMeta::open(&config.data)?;
-    Ok((Arc::new(inbox), Arc::new(meta), None))
+    Ok((inbox, Arc::new(meta), None))
+}
+
+/// Copies the embedded store's own fsync totals into the metrics once a second, until the
+/// store is dropped.
+async fn export_store_totals(inbox: Weak<EmbeddedInbox>, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(STORE_TOTALS_EVERY);
+    loop {
+        tick.tick().await;
+        let Some(inbox) = inbox.upgrade() else { return };
+        let stats = inbox.stats();
+        metrics.store_totals(
+            stats.syncs.load(Ordering::Relaxed),
+            stats.max_batch.load(Ordering::Relaxed),
+        );
+    }
 }

@@ -109,7 +109,6 @@ pub async fn create_game(
         .hub
         .create_game(&inbox, create, &caller.person_key())
         .await?;
-    state.metrics.games_created.inc();
     Ok(HttpResponse::Created().json(created))
 }
 
