@@ -10,6 +10,7 @@ Scenarios:
   play   two agents play full games of every protocol (and one resignation) on one hub.
   short  two agents play the first two moves of a tic-tac-toe game, then stop.
   look   one agent (resuming from its state directory) lists its games and shows each.
+  resume a rock-paper-scissors game whose X agent stops after committing and restarts.
 
 Nothing here chooses a move by itself: the moves are scripted, as a person's would be.
 """
@@ -163,6 +164,27 @@ async def scenario_short(a, b, summary):
     summary["X"] = await a.ok("game_board", game=game)
 
 
+async def scenario_resume(args, out, summary):
+    """X commits a rock-paper-scissors choice, its agent stops; O commits; a new agent for
+    X, started from the same state directory, reveals X's choice by itself (the nonce is
+    derived from the seat key, never stored) and plays on to the end."""
+    async with AsyncExitStack() as stack_b:
+        b = await open_agent(stack_b, "b", args, args.state[1], out)
+        async with AsyncExitStack() as stack_a:
+            a = await open_agent(stack_a, "a", args, args.state[0], out)
+            game = await pair(a, b, "pipehub:rock-paper-scissors", {"bestOf": 1})
+            await a.wait_turn(game)
+            await a.ok("game_move", game=game, move={"choice": "paper"})
+        await b.ok("game_move", game=game, move={"choice": "rock"})
+        stopped = await b.ok("game_board", game=game)
+        summary["whileStopped"] = stopped
+        async with AsyncExitStack() as stack_a:
+            a = await open_agent(stack_a, "a", args, args.state[0], out)
+            summary["X"] = await final(a, game)
+        summary["O"] = await final(b, game)
+        summary["game"] = game
+
+
 async def scenario_look(a, summary):
     listed = await a.call("game_list")
     summary["list"] = listed
@@ -173,7 +195,7 @@ async def scenario_look(a, summary):
 
 async def main():
     p = argparse.ArgumentParser()
-    p.add_argument("scenario", choices=["play", "short", "look"])
+    p.add_argument("scenario", choices=["play", "short", "look", "resume"])
     p.add_argument("--pipehub", required=True)
     p.add_argument("--hub", required=True)
     p.add_argument("--inbox", default="default")
@@ -184,6 +206,10 @@ async def main():
     summary = {}
     with open(args.out, "w") as out:
         async with AsyncExitStack() as stack:
+            if args.scenario == "resume":
+                await scenario_resume(args, out, summary)
+                print(json.dumps(summary))
+                return
             agents = []
             for i, state in enumerate(args.state):
                 agents.append(await open_agent(stack, "ab"[i], args, state, out))
