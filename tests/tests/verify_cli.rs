@@ -177,3 +177,20 @@ fn reads_standard_input() {
         "demo-won ok win X line\ndemo-signed ok draw\ndemo-race ok in_progress\n"
     );
 }
+
+#[test]
+fn a_huge_line_is_too_large_and_not_held() {
+    let start = &chain("h", None, &[])[0];
+    let input = format!("{}\n{start}\n{}\r\n", "y".repeat(3 << 20), "z".repeat(4097));
+    assert_eq!(
+        verify(&[], &input),
+        (
+            1,
+            "- invalid line=1 reason=too_large\nh ok in_progress\n\
+             - invalid line=3 reason=too_large\n"
+                .to_string()
+        )
+    );
+    let padded = format!("{start}{}\r\n", " ".repeat(4096 - start.len()));
+    assert_eq!(verify(&[], &padded), (0, "h ok in_progress\n".to_string()));
+}

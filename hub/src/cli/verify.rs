@@ -7,7 +7,15 @@
 //! games (a protocol this build does not know) do not make the exit code 1: silence about
 //! a game is not a verdict against it.
 //!
-//! The log is streamed line by line; only per-game state is held, not the events.
+//! The log is streamed line by line; only per-game state is held, not the events, and a
+//! line is never held beyond the size limit (the rest of an over-long line is skipped: it
+//! is `too_large` whatever it holds), so no input can make the command grow without bound
+//! except by the number of games it names.
+//!
+//! A game whose first well-formed start names a protocol this build does not know is
+//! `skipped` for good, even if a later start of the same id names a known protocol: a
+//! reader that knows the first protocol would call that later start `two_genesis`, and
+//! this reader must not verify a different game under the same id (see `games::verify`).
 
 use anyhow::Context;
 use games::report::{any_invalid, LogVerifier, Mode};
@@ -82,16 +90,37 @@ fn read(
     };
     let mut reader = BufReader::with_capacity(1 << 16, input);
     let mut verifier = LogVerifier::new(registry, mode);
-    let mut line = Vec::with_capacity(4096);
-    loop {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .with_context(|| format!("cannot read {name}"))?;
-        if n == 0 {
-            break;
-        }
+    let mut line = Vec::with_capacity(LINE_CAP);
+    while read_line_capped(&mut reader, &mut line).with_context(|| format!("cannot read {name}"))? {
         verifier.push_line(&line);
     }
     Ok(verifier.finish())
+}
+
+/// The most of one line kept: past the limit a line is `too_large` whatever follows, and
+/// two bytes more leave room for a `\r\n` that is not counted against the limit.
+const LINE_CAP: usize = games::json::MAX_BYTES + 2;
+
+/// Reads the next line into `line`, keeping at most [`LINE_CAP`] bytes of it; false at
+/// the end of the input.
+fn read_line_capped(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<bool> {
+    line.clear();
+    let mut any = false;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(any);
+        }
+        any = true;
+        let (len, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        let room = LINE_CAP.saturating_sub(line.len());
+        line.extend_from_slice(&buf[..len.min(room)]);
+        reader.consume(len);
+        if done {
+            return Ok(true);
+        }
+    }
 }
