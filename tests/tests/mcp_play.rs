@@ -106,6 +106,21 @@ fn two_agents_play_every_protocol_to_the_end() {
             && r["structuredContent"]["view"]["pendingChoice"] == "rock"
     });
     assert!(held, "O saw its own pending choice");
+    // X's first choice was committed at once; its own view shows it until the reveal.
+    let committed = p.run.results.iter().any(|r| {
+        r["agent"] == "a"
+            && r["tool"] == "game_move"
+            && r["structuredContent"]["view"]["committed"]["X"] == true
+            && r["structuredContent"]["view"]["pendingChoice"] == "rock"
+    });
+    assert!(committed, "X saw its own committed choice");
+    // Neither seat ever saw a pending choice of the other: O chose only scissors and rock.
+    for r in &p.run.results {
+        let pending = &r["structuredContent"]["view"]["pendingChoice"];
+        if r["agent"] == "b" && !pending.is_null() {
+            assert!(pending == "scissors" || pending == "rock", "{r}");
+        }
+    }
     // A refused move is an error result that names the reason, with no state in it.
     let refused = p
         .run

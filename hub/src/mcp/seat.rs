@@ -18,11 +18,11 @@
 use games::crypto::{self, SecretKey};
 use games::protocol::CustodyStep;
 use games::verify::GameChain;
-use games::{Action, Event, Registry, Seat};
+use games::{Action, Event, Registry, Seat, Viewer};
 use serde_json::{Map, Value};
 use tokio::sync::{watch, Mutex, MutexGuard};
 
-use super::client::{HubClient, PostAnswer};
+use super::client::{CaptureItem, HubClient, PostAnswer};
 use super::store::{SeatRecord, Store};
 use super::verify::{self, Expect};
 use super::AgentError;
@@ -101,20 +101,20 @@ impl SeatHandle {
     ) -> Result<Snapshot, AgentError> {
         for _ in 0..MAX_DUTIES {
             let snap = self.fetch(ctx, rec).await?;
-            let Some(event) = self.duty(&snap, rec)? else {
+            let Some((event, duty)) = self.duty(&snap, rec)? else {
                 return Ok(snap);
             };
-            let answer = self.post(ctx, rec, event.0).await?;
+            let answer = self.post(ctx, rec, event).await?;
             match answer.verdict() {
                 "accepted" => {
-                    if event.1 == Duty::Commit {
+                    if duty == Duty::Commit {
                         rec.held_choice = None;
                         ctx.store.save(rec)?;
                     }
-                    tracing::info!(game = %self.game, seat = %self.seat, duty = ?event.1, "wrote");
+                    tracing::info!(game = %self.game, seat = %self.seat, ?duty, "wrote");
                 }
                 verdict => {
-                    tracing::warn!(game = %self.game, seat = %self.seat, duty = ?event.1,
+                    tracing::warn!(game = %self.game, seat = %self.seat, ?duty,
                         verdict, reason = answer.body["error"].as_str().unwrap_or(""),
                         "the hub did not accept an event this agent owed");
                     return self.fetch(ctx, rec).await;
@@ -142,12 +142,7 @@ impl SeatHandle {
         } else {
             Some(ctx.client.view(&self.inbox, &self.game, token).await?)
         };
-        let committed_choice = match chain.board().and_then(|b| b.custody(self.seat)) {
-            Some(CustodyStep::Reveal { commit, commit_seq }) => {
-                self.custodian(rec, |c| c.recover(self.seat, commit_seq, &commit))
-            }
-            _ => None,
-        };
+        let committed_choice = self.committed_choice(rec, &chain, &items);
         Ok(Snapshot {
             inbox: self.inbox.clone(),
             game: self.game.clone(),
@@ -158,6 +153,30 @@ impl SeatHandle {
             committed_choice,
             captures: items.len(),
         })
+    }
+
+    /// The person's choice behind this seat's commit of the current round, while it is not
+    /// revealed: recovered from the seat's last accepted commit in the (verified) log.
+    fn committed_choice(
+        &self,
+        rec: &SeatRecord,
+        chain: &GameChain,
+        items: &[CaptureItem],
+    ) -> Option<&'static str> {
+        let view = chain.board()?.view(Viewer::Seat(self.seat)).0;
+        let me = self.seat.as_str();
+        if !is_custodial(chain) || view["committed"][me] != true || !view["revealed"][me].is_null()
+        {
+            return None;
+        }
+        let commit = items.iter().rev().find(|i| {
+            i.verdict == "accepted"
+                && i.event["player"] == me
+                && i.event["move"]["commit"].is_string()
+        })?;
+        let seq = commit.event["seq"].as_u64()?;
+        let hash = commit.event["move"]["commit"].as_str()?;
+        self.custodian(rec, |c| c.recover(self.seat, seq, hash))
     }
 
     /// The event the agent owes now, if any.
