@@ -17,7 +17,10 @@
 //! an older one, so the room's publication and the reply to a move, which race, cannot
 //! send the board backwards. While this socket's own move is in flight, publications caused
 //! by its seat are held back and the reply sends the newest state with the mover's `ref`,
-//! once; a refusal sends `game.refused` and then the true state.
+//! once; a refusal sends `game.refused` and then the true state. A move the service turns
+//! down before any verdict (`rate_limited`, `not_started`, `forbidden`, …) is answered the
+//! same way, so a chat box that drew the move early takes it back; `error` is kept for
+//! messages that are malformed or out of place (no seat, no `hello`).
 //!
 //! What it does not do: buffer history, retry, or speak for more than one seat at a time
 //! (a later `hello` switches seat; `game.subscribe` makes the socket a spectator of any
