@@ -15,6 +15,8 @@ use crate::inbox::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, 
 use crate::meta::Meta;
 
 pub struct MemInbox {
+    /// While true, shard readers see nothing new (a consumer that fell behind).
+    paused: std::sync::atomic::AtomicBool,
     shards: Vec<Mutex<Vec<Record>>>,
     marks: Vec<watch::Sender<u64>>,
     verdicts: Mutex<HashMap<Capture, StoredVerdict>>,
@@ -23,10 +25,22 @@ pub struct MemInbox {
 impl MemInbox {
     pub fn new(shards: u32) -> Arc<MemInbox> {
         Arc::new(MemInbox {
+            paused: std::sync::atomic::AtomicBool::new(false),
             shards: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
             marks: (0..shards).map(|_| watch::channel(0).0).collect(),
             verdicts: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Stops (or resumes) handing records to shard readers.
+    pub fn pause_consumers(&self, paused: bool) {
+        self.paused
+            .store(paused, std::sync::atomic::Ordering::SeqCst);
+        if !paused {
+            for mark in &self.marks {
+                mark.send_modify(|_| {});
+            }
+        }
     }
 
     fn all(&self) -> Vec<Record> {
@@ -76,6 +90,9 @@ impl Inbox for MemInbox {
         from: u64,
         max: usize,
     ) -> Result<Vec<Record>, StoreError> {
+        if self.paused.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(Vec::new());
+        }
         let records = self
             .shards
             .get(shard as usize)

@@ -13,6 +13,9 @@ use crate::game::types::{CaptureItem, GameSummary, Listing, Verdict};
 use crate::game::HubError;
 use crate::inbox::{Capture, Record, StoredVerdict};
 
+/// How long a capture lookup waits for a verdict it had to wake an actor for.
+const LOOKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Hub {
     /// A game's state for one viewer (`Viewer::Spectator` for `GET …/games/{game}`).
     pub async fn state(
@@ -41,12 +44,17 @@ impl Hub {
             .await?
             .ok_or_else(|| HubError::NotFound("no such capture in this inbox".into()))?;
         if verdict.is_none() {
-            // Its actor may not have run since the hub restarted: wake it, it adjudicates
-            // whatever of its game still lacks a verdict as it rebuilds.
-            let _ = self
+            // Its actor may not have run since the hub restarted: wake it, and it
+            // adjudicates whatever of its game still lacks a verdict as it rebuilds. The
+            // wait is registered before the actor is asked, so the verdict cannot slip by.
+            let wait = self
                 .engine
-                .ask(&record.inbox, &record.game, Snapshot(Viewer::Spectator))
-                .await;
+                .waiters
+                .wait(capture, self.engine.config.verdict_wait.min(LOOKUP_WAIT));
+            let ask = self
+                .engine
+                .ask(&record.inbox, &record.game, Snapshot(Viewer::Spectator));
+            let _ = futures_util::future::join(wait, ask).await;
             verdict = self.engine.inbox.verdict(capture).await?;
         }
         Ok(capture_item(record, verdict))

@@ -196,3 +196,33 @@ async fn an_idle_actor_stops_and_the_next_event_rebuilds_it() {
     assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
     assert_eq!(p.state.and_then(|s| s.seq), Some(1));
 }
+
+#[actix_rt::test]
+async fn a_verdict_that_comes_late_is_pending_and_a_lookup_settles_it() {
+    let mut c = config();
+    c.verdict_wait = Duration::from_millis(100);
+    let inbox = MemInbox::new(2);
+    let f = open_on(inbox.clone(), Arc::new(MemMeta::default()), c).await;
+    inbox.pause_consumers(true);
+    let ev = event("slow", 0, "", Seat::X, None);
+    let expected = games::verify::Prepared::of(&ev).hash;
+    let p = post(&f, ev, None).await.expect("posted");
+    assert_eq!(p.verdict, Verdict::Pending);
+    assert_eq!(p.hash.as_deref(), Some(expected.as_str()));
+    assert!(p.state.is_none());
+    // Looking the capture up wakes its game's actor, which adjudicates what it finds.
+    let capture = p.capture.expect("capture");
+    let item = f.hub.capture(INBOX, capture).await.expect("capture");
+    assert_eq!(item.verdict, Verdict::Accepted);
+    // When the consumer catches up, the record is not adjudicated twice.
+    inbox.pause_consumers(false);
+    let next = event("slow", 1, &expected, Seat::X, rc(0, 0));
+    let p = post(&f, next, None).await.expect("posted");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    let list = f
+        .hub
+        .captures(INBOX, Some("slow"), None, 10)
+        .await
+        .expect("list");
+    assert_eq!(list.items.len(), 2);
+}
