@@ -96,9 +96,20 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
                 }
             },
         };
-        let Some(seated) = seat(&shared, &control).await else {
-            sockets = Some(socks);
-            break;
+        // The sockets are read while the game is seated: under load seating can take
+        // longer than the relay's idle timeout, and unanswered pings close a socket.
+        let seated = match reading_while(&mut socks, seat(&shared, &control)).await {
+            Ok(Some(seated)) => seated,
+            Ok(None) => {
+                sockets = Some(socks);
+                break;
+            }
+            Err(e) => {
+                shared
+                    .stats
+                    .error(|| format!("a socket closed while seating a game: {e}"));
+                continue;
+            }
         };
         let hellos = [wire::hello(&seated.token_x), wire::hello(&seated.token_o)];
         if let Err(e) = send_both(&mut socks, &hellos).await {
@@ -116,10 +127,11 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
             // sees all G games playing at once. The sockets are read meanwhile (the hub
             // drops a socket whose pings go unanswered); the states read are stale by
             // the time play starts, so each seat asks for its board again.
-            if !idle_until_play(&mut socks, &mut control).await {
+            let go = control.wait_for(|c| *c != Control::Setup);
+            if let Err(e) = reading_while(&mut socks, go).await {
                 shared
                     .stats
-                    .error(|| "a socket closed while the run was being set up".into());
+                    .error(|| format!("a socket closed while the run was being set up: {e}"));
                 continue;
             }
             let board = [wire::game_board(), wire::game_board()];
@@ -159,23 +171,27 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
     }
 }
 
-/// Reads and drops frames until the conductor leaves [`Control::Setup`]; false when a
-/// socket closes first.
-async fn idle_until_play(socks: &mut [Ws; 2], control: &mut watch::Receiver<Control>) -> bool {
+/// Runs `work` while reading and dropping the sockets' frames (so pings are answered);
+/// the error says why a socket closed first.
+async fn reading_while<T>(
+    socks: &mut [Ws; 2],
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    tokio::pin!(work);
     loop {
         let [a, b] = &mut *socks;
         let frame = tokio::select! {
-            changed = control.changed() => {
-                if changed.is_err() || *control.borrow() != Control::Setup {
-                    return true;
-                }
-                continue;
-            }
+            out = &mut work => return Ok(out),
             f = a.next() => f,
             f = b.next() => f,
         };
         match frame {
-            Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return false,
+            Some(Ok(Message::Text(text))) if text.contains("\"close\":true") => {
+                return Err(text.to_string())
+            }
+            Some(Ok(Message::Close(reason))) => return Err(format!("close frame {reason:?}")),
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err("end of stream".into()),
             Some(Ok(_)) => {}
         }
     }
