@@ -392,6 +392,8 @@
       } catch (err) {
         return;
       }
+      // A running count of frames, for people and tests diagnosing a stuck box.
+      document.body.dataset.frames = String(Number(document.body.dataset.frames || 0) + 1);
       if (msg && typeof msg === 'object') onMessage(msg);
     };
     ws.onclose = () => {
@@ -483,6 +485,9 @@
       delete S.session.expiresAt;
       saveSession();
     }
+    if (state.notice === 'held_choice_lost' && !(before && before.notice === state.notice)) {
+      log('Your choice was lost in a hub restart; choose again.');
+    }
     narrate(before, state);
     render();
   }
@@ -554,7 +559,8 @@
       if (!seat) return 'round ' + v.round + ': the players are choosing';
       if (S.pending) return 'sending your choice';
       if (v.committed && v.committed[seat]) return 'your choice is sealed; waiting for your opponent';
-      if (S.myChoice && S.myChoice.round === v.round) return 'you chose ' + S.myChoice.choice + '; waiting for your turn to seal it';
+      if (state.notice === 'held_choice_lost') return 'your choice was lost in a hub restart; choose again';
+      if (myPendingChoice(v)) return 'you chose ' + myPendingChoice(v) + '; it is sealed on your turn';
       return 'round ' + v.round + ': choose rock, paper or scissors';
     }
     if (!v.toMove) return 'in progress';
@@ -724,6 +730,13 @@
     return -1;
   }
 
+  // The hub's view of this seat carries the choice it keeps for the seat (`pendingChoice`),
+  // so it survives a reload; the page's own memory of the round covers the moment between.
+  function myPendingChoice(v) {
+    if (typeof v.pendingChoice === 'string') return v.pendingChoice;
+    return S.myChoice && S.myChoice.round === v.round ? S.myChoice.choice : null;
+  }
+
   function drawChoices(v) {
     const board = $('board');
     if (S.boardKey !== 'choices') {
@@ -745,7 +758,7 @@
       'Round ' + v.round + ' (first to ' + v.target + ' of ' + v.bestOf + ') — X ' + (scores.X || 0) + ' : ' + (scores.O || 0) + ' O');
     const movable = canMove();
     const early = S.pending ? S.pending.move.choice : null;
-    const mine = early || (S.myChoice && S.myChoice.round === v.round ? S.myChoice.choice : null);
+    const mine = early || myPendingChoice(v);
     for (const b of board.querySelectorAll('.choice')) {
       setAttr(b, 'aria-disabled', movable ? 'false' : 'true');
       setAttr(b, 'aria-pressed', mine === b.dataset.choice ? 'true' : 'false');

@@ -118,12 +118,17 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        // The group holds chromedriver and every chromium it started. Its id is the
-        // driver's pid (process_group(0) above); a failure here leaves nothing to do.
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(format!("-{}", self.child.id()))
-            .status();
+        // The group holds chromedriver and every chromium it started; its id is the
+        // driver's pid (process_group(0) above). A pid of 0 or one that does not fit would
+        // name our own group or every process, so only a real positive id is signalled.
+        if let Ok(group) = libc::pid_t::try_from(self.child.id()) {
+            if group > 0 {
+                // SAFETY: killpg only sends a signal; it touches no memory of ours.
+                unsafe {
+                    libc::killpg(group, libc::SIGKILL);
+                }
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.profiles);
@@ -166,8 +171,13 @@ async fn wait_eq(c: &Client, who: &str, expr: &str, want: Value) {
             let alert = eval(c, "document.getElementById('alert').textContent").await;
             let log = eval(c, "document.getElementById('log').innerText").await;
             let board = eval(c, "document.getElementById('board').outerHTML").await;
+            let conn = eval(
+                c,
+                "document.body.dataset.conn + ', frames ' + document.body.dataset.frames",
+            )
+            .await;
             panic!(
-                "{who}: `{expr}` is {got}, not {want}, after {WAIT:?}\nstatus: {status}\nalert: {alert}\nlog: {log}\nboard: {board}"
+                "{who}: `{expr}` is {got}, not {want}, after {WAIT:?}\nstatus: {status}\nalert: {alert}\nlog: {log}\nboard: {board}\nconnection: {conn}"
             );
         }
         tokio::time::sleep(Duration::from_millis(40)).await;
@@ -226,7 +236,12 @@ async fn open(c: &Client, hub: &str) {
 }
 
 /// X creates a game of `protocol` in `inbox`; returns its id and the pairing code.
-async fn create(x: &Client, inbox: &str, protocol: &str) -> (String, String) {
+async fn create(
+    x: &Client,
+    inbox: &str,
+    protocol: &str,
+    rules: &[(&str, &str)],
+) -> (String, String) {
     type_into(x, "#create-inbox", inbox).await;
     x.find(Locator::Css("#create-protocol"))
         .await
@@ -234,6 +249,9 @@ async fn create(x: &Client, inbox: &str, protocol: &str) -> (String, String) {
         .select_by_value(protocol)
         .await
         .unwrap_or_else(|e| panic!("cannot choose {protocol}: {e}"));
+    for (rule, value) in rules {
+        type_into(x, &format!("#rule-{rule}"), value).await;
+    }
     click(x, "#create-button").await;
     wait_eq(
         x,
@@ -282,6 +300,7 @@ async fn play_cell(
 async fn two_players_and_a_spectator_play_in_real_browsers() {
     let t0 = Instant::now();
     let hub = pipehub_tests::Hub::start(&[]);
+    step(t0, "hub up");
     let base = hub.url("/");
     let driver = Driver::start();
     let inbox = format!("web-{}", std::process::id());
@@ -296,12 +315,12 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
 
     step(t0, "lobby open");
     // X creates, O joins by code, both see the started game.
-    let (game, code) = create(&x, &inbox, "pipehub:tic-tac-toe").await;
+    let (game, code) = create(&x, &inbox, "pipehub:tic-tac-toe", &[]).await;
     assert_eq!(code.len(), 8, "a pairing code is 8 characters: {code:?}");
     screenshot(&x, "x-waiting").await;
     open(&o, &base).await;
     join(&o, &code).await;
-    for (who, c) in [("X", &x), ("O", &o)] {
+    for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
     wait_eq(&x, "X", STATUS, json!("Your turn.")).await;
@@ -437,12 +456,72 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     screenshot(&s, "spectator-end").await;
 
     step(t0, "end seen by all");
+    // Rock-paper-scissors, best of one: O chooses first, so the hub holds O's choice until
+    // its turn; O's page shows it, X's page must not. Then X chooses and the hub commits
+    // and reveals both.
+    click(&x, "#leave").await;
+    click(&o, "#leave").await;
+    let (_, code) = create(
+        &x,
+        &inbox,
+        "pipehub:rock-paper-scissors",
+        &[("bestOf", "1")],
+    )
+    .await;
+    join(&o, &code).await;
+    for (who, c) in [("O", &o), ("X", &x)] {
+        wait_eq(c, who, PHASE, json!("started")).await;
+    }
+    click(&o, "#board .choice[data-choice=\"paper\"]").await;
+    wait_eq(
+        &o,
+        "O",
+        "document.querySelector('#board .mine').textContent",
+        json!("Your choice this round: paper"),
+    )
+    .await;
+    screenshot(&o, "o-rock-paper-scissors").await;
+    let x_sees = eval(
+        &x,
+        "document.querySelector('#board .mine').textContent + document.getElementById('log').textContent",
+    )
+    .await;
+    assert!(
+        !x_sees.as_str().unwrap_or_default().contains("paper"),
+        "X's page shows O's choice: {x_sees}"
+    );
+    click(&x, "#board .choice[data-choice=\"rock\"]").await;
+    wait_eq(
+        &x,
+        "X",
+        STATUS,
+        json!("Game over: you lost (O wins, by score)."),
+    )
+    .await;
+    wait_eq(
+        &o,
+        "O",
+        STATUS,
+        json!("Game over: you won (O wins, by score)."),
+    )
+    .await;
+    wait_eq(
+        &x,
+        "X",
+        "document.querySelector('#board .rounds').textContent",
+        json!("X rock, O paper — O wins"),
+    )
+    .await;
+    screenshot(&x, "x-rock-paper-scissors-end").await;
+
+    step(t0, "rock-paper-scissors over");
+
     // A second game, of connect-four, ends when O resigns.
     click(&x, "#leave").await;
     click(&o, "#leave").await;
-    let (_, code) = create(&x, &inbox, "pipehub:connect-four").await;
+    let (_, code) = create(&x, &inbox, "pipehub:connect-four", &[]).await;
     join(&o, &code).await;
-    for (who, c) in [("X", &x), ("O", &o)] {
+    for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
     click(&x, "#board .drop[data-col=\"3\"]").await;
