@@ -178,6 +178,88 @@ pub fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use games::verify::{GameChain, Verdict};
+    use games::{Event, Registry, Seat};
+
+    /// A snapshot of an unsigned game after `moves`, as `seat` sees it.
+    fn snap(protocol: &str, moves: &[Value], seat: Seat, held: Option<&str>) -> Snapshot {
+        let mut chain = GameChain::new(&Registry::builtin());
+        let mut events = vec![json!({"game": "g", "seq": 0, "prevHash": "", "player": "X",
+                                     "action": "start", "protocol": protocol})];
+        for (i, mv) in moves.iter().enumerate() {
+            let seq = i as u64 + 1;
+            events.push(json!({"game": "g", "seq": seq, "action": "move",
+                               "player": Seat::to_move_at(seq).as_str(), "move": mv}));
+        }
+        for mut e in events {
+            if e.get("prevHash").is_none() {
+                e["prevHash"] = json!(chain.head().unwrap_or_default());
+            }
+            let event = Event::parse(e.to_string().as_bytes()).expect("an event");
+            assert!(
+                matches!(chain.offer(&event), Verdict::Accepted { .. }),
+                "{e}"
+            );
+        }
+        Snapshot {
+            inbox: "i".into(),
+            game: "g".into(),
+            seat,
+            chain,
+            before_start: None,
+            held_choice: held.map(str::to_string),
+            committed_choice: None,
+            captures: moves.len() + 1,
+        }
+    }
+
+    #[test]
+    fn whose_turn_it_is_for_the_person() {
+        let ttt = "pipehub:tic-tac-toe";
+        let rps = "pipehub:rock-paper-scissors";
+        let commit = json!({"commit": "0".repeat(64)});
+        let cases = [
+            (ttt, vec![], Seat::X, None, true),
+            (ttt, vec![], Seat::O, None, false),
+            (ttt, vec![json!({"row": 0, "col": 0})], Seat::O, None, true),
+            // Either seat may choose at the start of a round; a held choice waits.
+            (rps, vec![], Seat::X, None, true),
+            (rps, vec![], Seat::O, None, true),
+            (rps, vec![], Seat::O, Some("rock"), false),
+            // Committed: the rest of the round is the agent's (the reveals).
+            (rps, vec![commit.clone()], Seat::X, None, false),
+            (rps, vec![commit.clone()], Seat::O, None, true),
+            (rps, vec![commit.clone(), commit], Seat::X, None, false),
+        ];
+        for (protocol, moves, seat, held, expected) in cases {
+            let s = snap(protocol, &moves, seat, held);
+            assert_eq!(
+                your_turn(&s),
+                expected,
+                "{protocol} {moves:?} {seat} {held:?}"
+            );
+            assert_eq!(state(&s)["yourTurn"], expected);
+        }
+    }
+
+    #[test]
+    fn the_state_is_the_seats_own_view() {
+        let commit = "a".repeat(64);
+        let moves = [json!({"commit": commit})];
+        let st = state(&snap(
+            "pipehub:rock-paper-scissors",
+            &moves,
+            Seat::O,
+            Some("paper"),
+        ));
+        assert_eq!(st["seat"], "O");
+        assert_eq!(st["phase"], "started");
+        assert_eq!(
+            st["view"]["pendingChoice"], "paper",
+            "the person's own held choice"
+        );
+        assert!(!st.to_string().contains(&commit), "no commit in a view");
+    }
 
     #[test]
     fn the_board_cannot_close_its_wrapper() {
