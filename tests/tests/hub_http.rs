@@ -372,6 +372,11 @@ fn operators_get_metrics_health_and_an_openapi_document() {
     assert!(metrics.contains("process_resident_memory_bytes"));
     assert!(metrics.contains("pipehub_events_total"), "{metrics}");
     assert!(metrics.contains("pipehub_capture_to_verdict_seconds_count"));
+    let appends = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pipehub_inbox_append_seconds_count "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert_eq!(appends, Some(1), "{metrics}");
     for line in metrics.lines().filter(|l| !l.starts_with('#')) {
         assert!(
             line.starts_with("pipehub_") || line.starts_with("process_"),
