@@ -8,6 +8,7 @@
 //! The endpoint does nothing but the handshake; everything after it is the session's.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::{http::header, web, HttpRequest, HttpResponse};
 use serde_json::json;
@@ -21,11 +22,38 @@ use crate::session;
 pub struct Relay {
     pub(crate) games: Arc<dyn Games>,
     pub(crate) rooms: Rooms,
+    pub(crate) heartbeat: Heartbeat,
+}
+
+/// How often a session pings its client, and how long a silent client is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub interval: Duration,
+    pub timeout: Duration,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Heartbeat {
+        Heartbeat {
+            interval: session::HEARTBEAT_INTERVAL,
+            timeout: session::CLIENT_TIMEOUT,
+        }
+    }
 }
 
 impl Relay {
     pub fn new(games: Arc<dyn Games>, rooms: Rooms) -> Relay {
-        Relay { games, rooms }
+        Relay {
+            games,
+            rooms,
+            heartbeat: Heartbeat::default(),
+        }
+    }
+
+    /// The same relay with another heartbeat (tests use short ones).
+    pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Relay {
+        self.heartbeat = heartbeat;
+        self
     }
 
     pub fn rooms(&self) -> &Rooms {

@@ -26,7 +26,7 @@ pub mod service;
 pub mod session;
 pub mod wire;
 
-pub use endpoint::{configure, ws, Relay};
+pub use endpoint::{configure, ws, Heartbeat, Relay};
 pub use rooms::{Cause, Delivery, Rooms, Subscription, Views};
 pub use service::{Failure, Games, Outcome, SeatRef};
 pub use wire::client_out::StateFrame;

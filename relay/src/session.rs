@@ -186,7 +186,8 @@ async fn next_reply(inflight: &mut Option<BoxFuture<'static, Reply>>) -> Reply {
 
 impl Session {
     async fn serve(&mut self, stream: &mut AggregatedMessageStream) {
-        let mut tick = tokio::time::interval(HEARTBEAT_INTERVAL);
+        let heartbeat = self.relay.heartbeat;
+        let mut tick = tokio::time::interval(heartbeat.interval);
         tick.tick().await;
         while self.closing.is_none() {
             let can_read = self.queue.len() < COMMAND_QUEUE;
@@ -208,7 +209,7 @@ impl Session {
                     self.playing = false;
                     self.on_reply(reply);
                 }
-                _ = tick.tick() => self.on_tick(),
+                _ = tick.tick() => self.on_tick(heartbeat.timeout),
             }
             if self.inflight.is_none() {
                 if let Some(command) = self.queue.pop_front() {
@@ -238,9 +239,9 @@ impl Session {
         }
     }
 
-    fn on_tick(&mut self) {
+    fn on_tick(&mut self, timeout: Duration) {
         let busy = self.inflight.is_some() || !self.queue.is_empty();
-        if !busy && self.last_heard.elapsed() > CLIENT_TIMEOUT {
+        if !busy && self.last_heard.elapsed() > timeout {
             self.fail("timeout", "no frame or pong within the idle timeout");
         } else {
             self.push(Out::Ping);

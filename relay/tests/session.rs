@@ -13,7 +13,9 @@ use actix_web::{App, HttpServer};
 use async_trait::async_trait;
 use futures_util::{SinkExt, StreamExt};
 use games::Seat;
-use relay::{Cause, Delivery, Failure, Games, Outcome, Relay, Rooms, SeatRef, StateFrame, Views};
+use relay::{
+    Cause, Delivery, Failure, Games, Heartbeat, Outcome, Relay, Rooms, SeatRef, StateFrame, Views,
+};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -107,13 +109,17 @@ type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn start(budget: u64) -> String {
+    start_with(budget, Heartbeat::default()).await
+}
+
+async fn start_with(budget: u64, heartbeat: Heartbeat) -> String {
     let rooms = Rooms::new();
     let script = Script {
         rooms: rooms.clone(),
         seq: AtomicU64::new(0),
         budget: AtomicU64::new(budget),
     };
-    let relay = Relay::new(Arc::new(script), rooms);
+    let relay = Relay::new(Arc::new(script), rooms).with_heartbeat(heartbeat);
     let server = HttpServer::new(move || App::new().configure(relay::configure(relay.clone())))
         .workers(1)
         .disable_signals()
@@ -135,10 +141,12 @@ async fn send(ws: &mut Socket, v: Value) {
     ws.send(Message::text(v.to_string())).await.expect("sent");
 }
 
-/// The next JSON message, or `None` when nothing arrives within `wait`.
+/// The next JSON message, or `None` when nothing arrives within `wait` (pings and pongs
+/// do not count as messages, nor extend the wait).
 async fn next(ws: &mut Socket, wait: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
-        match tokio::time::timeout(wait, ws.next()).await {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
             Ok(Some(Ok(Message::Text(t)))) => return serde_json::from_str(&t).ok(),
             Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) | Err(_) => return None,
             Ok(Some(Ok(_))) => continue,
@@ -264,4 +272,33 @@ async fn messages_out_of_place_get_errors_that_leave_the_socket_open() {
     )
     .await;
     assert_eq!(recv(&mut ws).await["t"], "game.state");
+}
+
+#[actix_rt::test]
+async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
+    let heartbeat = Heartbeat {
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_millis(200),
+    };
+    let url = start_with(10, heartbeat).await;
+    let mut silent = seated(&url, "tx").await;
+    let mut lively = seated(&url, "to").await;
+    // The client library answers pings only while it reads: the lively one reads, the
+    // silent one does not.
+    for _ in 0..6 {
+        assert_eq!(next(&mut lively, Duration::from_millis(100)).await, None);
+    }
+    let mut last = None;
+    while let Some(message) = next(&mut silent, WAIT).await {
+        last = Some(message);
+    }
+    assert_eq!(
+        last,
+        Some(
+            json!({"t": "error", "error": "timeout", "detail": "no frame or pong within the idle timeout", "close": true})
+        )
+    );
+    // The lively one is still served.
+    send(&mut lively, json!({"t": "game.board"})).await;
+    assert_eq!(recv(&mut lively).await["t"], "game.state");
 }
