@@ -55,11 +55,12 @@ pub struct RedisMeta {
 }
 
 impl RedisMeta {
-    /// A meta store over an existing connection.
-    pub fn new(con: ConnectionManager) -> RedisMeta {
+    /// A meta store over an existing connection. `up` is the health flag it shares with
+    /// the inbox on the same Redis, whose watcher sets it again once Redis answers.
+    pub fn new(con: ConnectionManager, up: Arc<AtomicBool>) -> RedisMeta {
         RedisMeta {
             con,
-            up: Arc::new(AtomicBool::new(true)),
+            up,
             put: Script::new(PUT),
             insert_new: Script::new(INSERT_NEW),
             take: Script::new(TAKE),

@@ -70,6 +70,9 @@ pub struct Metrics {
     pub cluster_shards_owned: IntGauge,
     /// `pipehub_cluster_shards`: the store's shard count (Redis backend; 0 embedded).
     pub cluster_shards: IntGauge,
+    /// `pipehub_store_up`: 1 while the shared store (Redis) answers this node's lease
+    /// rounds, else 0 (Redis backend).
+    pub store_up: IntGauge,
     /// `pipehub_http_requests_total{method, route, status}`: HTTP requests answered, by
     /// route pattern (never the raw path).
     pub http_requests: IntCounterVec,
@@ -202,6 +205,10 @@ impl Metrics {
             cluster_shards: gauge(
                 "pipehub_cluster_shards",
                 "The store's shard count, set by nodes of the Redis backend.",
+            )?,
+            store_up: gauge(
+                "pipehub_store_up",
+                "1 while the shared store answers this node's lease rounds (Redis backend).",
             )?,
             http_requests: counter_vec(
                 "pipehub_http_requests_total",

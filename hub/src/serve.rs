@@ -185,7 +185,7 @@ type Store = (
 async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, ServeError> {
     if let Some(url) = &config.redis {
         let inbox = RedisInbox::open(url, config.shards).await?;
-        let meta = RedisMeta::new(inbox.connection());
+        let meta = RedisMeta::new(inbox.connection(), inbox.health());
         let blocking = crate::inbox::redis::connect(url).await?;
         let cluster = crate::cluster::RedisCluster::new(
             inbox.connection(),

@@ -157,6 +157,11 @@ impl Hub {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// The process id while it runs (to pause it with SIGSTOP, say).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// `kill -9`: no chance to flush anything.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

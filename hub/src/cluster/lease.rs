@@ -115,8 +115,12 @@ impl RedisCluster {
                 _ = tick.tick() => {}
                 _ = stop.changed() => break,
             }
-            if let Err(e) = self.round(&hub).await {
-                tracing::warn!(error = %e, "lease round failed");
+            match self.round(&hub).await {
+                Ok(()) => self.metrics.store_up.set(1),
+                Err(e) => {
+                    self.metrics.store_up.set(0);
+                    tracing::warn!(error = %e, "lease round failed");
+                }
             }
             self.metrics
                 .cluster_shards_owned

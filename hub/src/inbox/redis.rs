@@ -178,6 +178,11 @@ impl RedisInbox {
         *self.fence.write() = Some(fence);
     }
 
+    /// The flag that says Redis answers, for other users of the same Redis to share.
+    pub fn health(&self) -> Arc<AtomicBool> {
+        self.up.clone()
+    }
+
     /// A connection for other users of the same Redis (meta, leases).
     pub fn connection(&self) -> ConnectionManager {
         self.con.clone()

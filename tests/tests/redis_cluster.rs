@@ -1,0 +1,242 @@
+//! Several hub nodes on one private Redis act as one hub: games created, paired and played
+//! through all of them, WebSocket subscribers on one node fed by moves posted to another,
+//! `kill -9` of a node with its shards moving to the survivors and nothing acknowledged
+//! lost, and a paused owner fenced out of writing verdicts after its lease moved on.
+
+mod redis_support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use pipehub_tests::{Client, Hub};
+use redis_support::{await_owners, node, owned, verdict_fences, Game, RedisServer, SHARDS};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+#[test]
+fn three_nodes_play_as_one_hub() {
+    let redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis), node(&redis)];
+    let all: Vec<&Hub> = nodes.iter().collect();
+    let client = Client::new();
+    await_owners(&client, &all, Duration::from_secs(15));
+    assert!(
+        owned(&client, &all).iter().all(|n| *n >= 2),
+        "eight shards split over three nodes: {:?}",
+        owned(&client, &all)
+    );
+    let games: Vec<Game> = (0..6)
+        .map(|k| Game::new(&client, &nodes[k % 3], &nodes[(k + 1) % 3], "lobby"))
+        .collect();
+    for i in 0..5 {
+        for (k, g) in games.iter().enumerate() {
+            let r = g.play(&client, &nodes[(k + i) % 3], i);
+            assert_eq!(r.status, 201, "game {k} move {i}: {}", r.body);
+            assert_eq!(r.json()["state"]["seq"], json!(i as u64 + 1));
+        }
+    }
+    for g in &games {
+        for n in &nodes {
+            let st = g.state(&client, n);
+            assert_eq!(st["seq"], json!(5));
+            assert_eq!(
+                st["result"],
+                json!({"status": "win", "winner": "X", "by": "line"})
+            );
+        }
+        // Every capture carries its owner's recorded verdict, whichever node reads it.
+        let list = client.get(&nodes[2].url(&format!("/v1/inboxes/lobby/events?game={}", g.game)));
+        let items = list.json()["items"].as_array().cloned().unwrap_or_default();
+        assert_eq!(items.len(), 6, "start and five moves: {}", list.body);
+        assert!(
+            items.iter().all(|it| it["verdict"] == "accepted"),
+            "{}",
+            list.body
+        );
+    }
+}
+
+/// Reads frames until one satisfies `want`, within ten seconds.
+async fn next_state<S>(ws: &mut S, want: impl Fn(&Value) -> bool) -> Value
+where
+    S: StreamExt<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let frame = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("a game.state in time")
+            .expect("the socket stays open")
+            .expect("a frame");
+        if let Message::Text(text) = frame {
+            let v: Value = serde_json::from_str(&text).expect("JSON frames");
+            if v["t"] == "game.state" && want(&v) {
+                return v;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_socket_on_one_node_sees_moves_adjudicated_on_another() {
+    let redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis)];
+    let all: Vec<&Hub> = nodes.iter().collect();
+    let client = Client::new();
+    await_owners(&client, &all, Duration::from_secs(15));
+    let g = Game::new(&client, &nodes[0], &nodes[0], "relay");
+    let ws_url = nodes[1].url("/v1/ws").replace("http://", "ws://");
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(async {
+        let (mut seat_o, _) = tokio_tungstenite::connect_async(&ws_url).await.expect("ws");
+        let (mut watcher, _) = tokio_tungstenite::connect_async(&ws_url).await.expect("ws");
+        seat_o
+            .send(Message::text(
+                json!({"t": "hello", "token": g.o}).to_string(),
+            ))
+            .await
+            .expect("hello");
+        watcher
+            .send(Message::text(json!({"t": "hello"}).to_string()))
+            .await
+            .expect("hello");
+        watcher
+            .send(Message::text(
+                json!({"t": "game.subscribe", "inbox": g.inbox, "game": g.game}).to_string(),
+            ))
+            .await
+            .expect("subscribe");
+        next_state(&mut seat_o, |v| v["seq"] == json!(0)).await;
+        next_state(&mut watcher, |v| v["seq"] == json!(0)).await;
+        // X moves on node 0; node 1's sockets hear it, each with its own view.
+        let r = g.play(&client, &nodes[0], 0);
+        assert_eq!(r.status, 201, "{}", r.body);
+        let o_view = next_state(&mut seat_o, |v| v["seq"] == json!(1)).await;
+        assert_eq!(o_view["seat"], json!("O"));
+        let spectator = next_state(&mut watcher, |v| v["seq"] == json!(1)).await;
+        assert_eq!(spectator["seat"], Value::Null);
+    });
+}
+
+#[test]
+fn kill9_of_a_node_moves_its_shards_and_loses_nothing() {
+    let redis = RedisServer::start();
+    let mut nodes = [node(&redis), node(&redis), node(&redis)];
+    let client = Client::new();
+    await_owners(
+        &client,
+        &nodes.iter().collect::<Vec<_>>(),
+        Duration::from_secs(15),
+    );
+    let games: Vec<Game> = (0..8)
+        .map(|k| Game::new(&client, &nodes[k % 3], &nodes[(k + 2) % 3], "fail"))
+        .collect();
+    let mut acked: Vec<Vec<String>> = vec![Vec::new(); games.len()];
+    for i in 0..3 {
+        for (k, g) in games.iter().enumerate() {
+            acked[k].push(g.play_until_accepted(&client, &nodes[(k + i) % 3], i));
+        }
+    }
+    let killed = Instant::now();
+    nodes[0].kill9();
+    let survivors: Vec<&Hub> = nodes[1..].iter().collect();
+    let failover = await_owners(&client, &survivors, Duration::from_secs(20));
+    println!("failover after kill -9: every shard owned again within {failover:?}");
+    assert!(
+        failover < Duration::from_secs(10),
+        "failover took {failover:?}"
+    );
+    for i in 3..5 {
+        for (k, g) in games.iter().enumerate() {
+            acked[k].push(g.play_until_accepted(&client, survivors[(k + i) % 2], i));
+        }
+    }
+    println!("all games finished {:?} after the kill", killed.elapsed());
+    for (k, g) in games.iter().enumerate() {
+        for capture in &acked[k] {
+            let v = g.await_verdict(&client, survivors[k % 2], capture);
+            assert_eq!(v, "accepted", "game {k} capture {capture}");
+        }
+        let st = g.state(&client, survivors[(k + 1) % 2]);
+        assert_eq!(st["result"]["status"], json!("win"), "game {k}: {st}");
+    }
+}
+
+fn signal(hub: &Hub, sig: &str) {
+    let pid = hub.pid().expect("the node runs").to_string();
+    let ok = Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .expect("kill runs");
+    assert!(ok.success());
+}
+
+/// The node id in a node's log (`cluster node: taking shard leases node=…`).
+fn node_id(hub: &Hub) -> String {
+    let log = hub.log();
+    let at = log.find("node=").expect("the node logs its id");
+    log[at + 5..]
+        .trim_start_matches('"')
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect()
+}
+
+#[test]
+fn a_paused_owner_is_fenced_and_two_nodes_never_share_a_shard() {
+    let redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis)];
+    let all: Vec<&Hub> = nodes.iter().collect();
+    let client = Client::new();
+    await_owners(&client, &all, Duration::from_secs(15));
+    let g = Game::new(&client, &nodes[0], &nodes[1], "fence");
+    let first = g.play_until_accepted(&client, &nodes[1], 0);
+    let shard = first.split(':').next().expect("shard:pos").to_string();
+    let lease = redis.cli(&["GET", &format!("ph:lease:{shard}")]);
+    let (owner_id, _) = lease.trim().split_once(':').expect("a lease node:fence");
+    let (paused, live) = if node_id(&nodes[0]) == owner_id {
+        (&nodes[0], &nodes[1])
+    } else {
+        (&nodes[1], &nodes[0])
+    };
+    signal(paused, "-STOP");
+    // The live node takes the paused one's shards once their leases run out, and the game
+    // goes on through it, with verdicts recorded under the new lease.
+    await_owners_one(&client, live);
+    let second = g.play_until_accepted(&client, live, 1);
+    assert_eq!(g.await_verdict(&client, live, &second), "accepted");
+    signal(paused, "-CONT");
+    // The resumed node finds its leases gone and takes back only its fair share.
+    await_owners(&client, &all, Duration::from_secs(20));
+    for i in 2..5 {
+        g.play_until_accepted(&client, &nodes[i % 2], i);
+    }
+    // In every shard's verdict stream, a lease's fence number never goes back: once a new
+    // owner wrote, the old one wrote nothing more.
+    for s in 0..SHARDS {
+        let fences = verdict_fences(&redis, s);
+        assert!(
+            fences.windows(2).all(|w| w[0] <= w[1]),
+            "shard {s} fences out of order: {fences:?}"
+        );
+    }
+    let fences = verdict_fences(&redis, shard.parse().expect("a shard number"));
+    assert!(
+        fences.first() < fences.last(),
+        "the shard changed owner while its first owner was paused: {fences:?}"
+    );
+}
+
+fn await_owners_one(client: &Client, hub: &Hub) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while redis_support::gauge(client, hub, "pipehub_cluster_shards_owned")
+        != Some(i64::from(SHARDS))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the live node never took every shard"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

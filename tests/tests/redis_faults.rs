@@ -1,0 +1,62 @@
+//! Redis going away under a running cluster: while it is unreachable `/readyz` fails and
+//! moves are refused with 503 `unavailable` (nothing acknowledged that was not stored);
+//! when it comes back (its AOF replayed) the nodes reconnect by themselves and the game
+//! finishes with every acknowledged move in place.
+
+mod redis_support;
+
+use std::time::{Duration, Instant};
+
+use pipehub_tests::{Client, Hub};
+use redis_support::{await_owners, node, Game, RedisServer};
+use serde_json::json;
+
+fn await_ready(client: &Client, hub: &Hub, status: u16) -> Duration {
+    let started = Instant::now();
+    while client.get(&hub.url("/readyz")).status != status {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "/readyz never answered {status}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    started.elapsed()
+}
+
+#[test]
+fn redis_stopped_and_restarted_mid_game() {
+    let mut redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis)];
+    let all: Vec<&Hub> = nodes.iter().collect();
+    let client = Client::new();
+    await_owners(&client, &all, Duration::from_secs(15));
+    let g = Game::new(&client, &nodes[0], &nodes[1], "faults");
+    let mut acked = vec![
+        g.play_until_accepted(&client, &nodes[0], 0),
+        g.play_until_accepted(&client, &nodes[1], 1),
+    ];
+
+    redis.kill9();
+    for n in &nodes {
+        await_ready(&client, n, 503);
+    }
+    let r = g.play(&client, &nodes[0], 2);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.error(), "unavailable");
+
+    redis.restart();
+    for n in &nodes {
+        let took = await_ready(&client, n, 200);
+        println!("ready again {took:?} after Redis restarted");
+    }
+    await_owners(&client, &all, Duration::from_secs(20));
+    for i in 2..5 {
+        acked.push(g.play_until_accepted(&client, &nodes[i % 2], i));
+    }
+    for capture in &acked {
+        assert_eq!(g.await_verdict(&client, &nodes[0], capture), "accepted");
+    }
+    let st = g.state(&client, &nodes[1]);
+    assert_eq!(st["seq"], json!(5));
+    assert_eq!(st["result"]["status"], json!("win"));
+}
