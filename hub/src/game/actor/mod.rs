@@ -179,8 +179,15 @@ impl GameActor {
         });
     }
 
-    /// Adjudicates a fresh record: verdict, store, waiter, room.
+    /// Adjudicates a fresh record, then writes whatever the hub now owes the game.
     fn adjudicate(&mut self, record: &Record, ctx: &mut Context<Self>) {
+        self.settle(record);
+        self.write_owed(ctx);
+    }
+
+    /// A fresh record's verdict: recorded, handed to its poster, and (when accepted)
+    /// published to the room.
+    fn settle(&mut self, record: &Record) {
         self.last_pos = record.capture.pos;
         let (verdict, hash, event) = self.judge(record);
         let protocol = self
@@ -259,7 +266,6 @@ impl GameActor {
             }
             engine.waiters.resolve(capture, outcome);
         });
-        self.write_owed(ctx);
     }
 
     fn publish(&self, cause: Cause, views: Arc<Views>) {
@@ -458,34 +464,29 @@ impl GameActor {
         }));
     }
 
-    /// Replays the game's stored records (with whether each already has a verdict).
-    fn replay(&mut self, records: Vec<(Record, bool)>, ctx: &mut Context<Self>) {
-        let mut fresh = Vec::new();
+    /// Replays the game's stored records in order (each with whether it already has a
+    /// verdict). Records with a verdict only rebuild the chain; a record without one (the
+    /// hub stopped before recording it) is settled as if fresh, in its place in the order.
+    /// The caller writes what the hub owes once the whole history is in.
+    fn replay(&mut self, records: Vec<(Record, bool)>) {
         for (record, has_verdict) in records {
             if record.capture.pos <= self.last_pos {
                 continue;
             }
             if has_verdict {
                 self.last_pos = record.capture.pos;
-                let (verdict, hash, event) = self.judge(&record);
-                if let (ChainVerdict::Accepted { hash }, Some(event)) = (&verdict, &event) {
-                    self.on_accepted(event, hash, record.seat);
+                if let (ChainVerdict::Accepted { hash }, _, Some(event)) = self.judge(&record) {
+                    self.on_accepted(&event, &hash, record.seat);
                 }
-                let _ = hash;
             } else {
-                fresh.push(record);
+                self.settle(&record);
             }
         }
-        if let Some(views) = self.views().map(Arc::new) {
+        if let Some(views) = self.views() {
             self.engine.summaries.insert(
                 (self.inbox.clone(), self.game.clone()),
                 summary(&views.spectator),
             );
-        }
-        // Records that never got a verdict (the hub stopped in between) are adjudicated
-        // now as if fresh: recorded, published and handed to any waiting poster.
-        for record in fresh {
-            self.adjudicate(&record, ctx);
         }
     }
 }
@@ -523,7 +524,7 @@ impl Actor for GameActor {
         ctx.wait(rebuild.into_actor(self).map(|res, act, ctx| match res {
             Ok((records, marks)) => {
                 act.lost = marks;
-                act.replay(records, ctx);
+                act.replay(records);
                 act.write_owed(ctx);
             }
             Err(e) => {

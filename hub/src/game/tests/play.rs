@@ -226,3 +226,34 @@ async fn a_verdict_that_comes_late_is_pending_and_a_lookup_settles_it() {
         .expect("list");
     assert_eq!(list.items.len(), 2);
 }
+
+#[actix_rt::test]
+async fn a_rebuild_settles_a_record_without_verdict_in_its_place_in_the_order() {
+    // A, B, C of one game are stored; the hub stopped after recording A's and C's
+    // verdicts but not B's. The rebuilt chain must take them in order: A, B, C.
+    let inbox = MemInbox::new(1);
+    let a = event("gap", 0, "", Seat::X, None);
+    let ha = games::verify::Prepared::of(&a).hash;
+    let b = event("gap", 1, &ha, Seat::X, rc(0, 0));
+    let hb = games::verify::Prepared::of(&b).hash;
+    let c = event("gap", 2, &hb, Seat::O, rc(1, 1));
+    let hc = games::verify::Prepared::of(&c).hash;
+    let mut captures = Vec::new();
+    for ev in [&a, &b, &c] {
+        let raw = Bytes::from(ev.to_json());
+        captures.push(inbox.append(INBOX, "gap", None, raw).await.expect("append"));
+    }
+    for (capture, hash) in [(captures[0], &ha), (captures[2], &hc)] {
+        let v = crate::inbox::StoredVerdict::Accepted { hash: hash.clone() };
+        inbox.put_verdict(capture, v).await.expect("verdict");
+    }
+    let f = open_on(inbox, Arc::new(MemMeta::default()), config()).await;
+    let state = f
+        .hub
+        .state(INBOX, "gap", Viewer::Spectator)
+        .await
+        .expect("state");
+    assert_eq!((state.seq, state.head), (Some(2), Some(hc)));
+    let item = f.hub.capture(INBOX, captures[1]).await.expect("capture");
+    assert_eq!(item.verdict, Verdict::Accepted);
+}
