@@ -214,6 +214,9 @@ fn the_rate_limit_refuses_with_retry_after_and_recovers() {
         .and_then(|v| v.parse().ok())
         .expect("a Retry-After in whole seconds");
     assert!((1..=3).contains(&wait), "Retry-After {wait}");
+    // The rate limit is checked before the size and the JSON.
+    let huge = c.post_raw(&url, None, &vec![b'x'; 64 * 1024]);
+    assert_eq!(huge.status, 429, "{}", huge.body);
     // What the limiter refused never reached the inbox.
     assert_eq!(inbox_events(&hub, &c, "rl").len(), 3);
     // Reads do not count.
@@ -223,7 +226,7 @@ fn the_rate_limit_refuses_with_retry_after_and_recovers() {
     let again = c.post(&url, None, &start_event("g3"));
     assert_eq!(again.status, 201, "{}", again.body);
     let metrics = c.get(&hub.url("/metrics")).body;
-    assert!(metrics.contains("pipehub_rate_limited_requests_total{limit=\"events\"} 1"));
+    assert!(metrics.contains("pipehub_rate_limited_requests_total{limit=\"events\"} 2"));
 }
 
 #[test]
@@ -295,6 +298,12 @@ fn bad_input_gets_clear_json_errors_and_stores_nothing() {
     check(c.post_raw(&url, None, nested.as_bytes()), 400, "bad_json");
     let huge = vec![b' '; 64 * 1024];
     check(c.post_raw(&url, None, &huge), 413, "too_large");
+    // The token is checked before the size.
+    check(
+        c.post_raw(&url, Some("no-such-token"), &huge),
+        401,
+        "unauthorized",
+    );
     let event = start_event("ok").to_string();
     check(
         c.send(
