@@ -285,14 +285,24 @@
 
   // ---------- entering and leaving a game ----------
 
-  function enterGame(session) {
-    S.session = session;
+  // Forgets everything the game view showed, so nothing of one game lingers into the next.
+  function resetGameView() {
     S.truth = null;
     S.pending = null;
     S.myChoice = null;
     S.boardKey = '';
-    $('board').textContent = '';
-    $('log').textContent = '';
+    for (const id of ['board', 'log', 'pairing-code', 'pairing-expires', 'status', 'game-title', 'game-meta']) {
+      $(id).textContent = '';
+    }
+    $('pairing').hidden = true;
+    document.body.dataset.phase = '';
+    document.body.dataset.over = '';
+    document.body.dataset.frames = '0';
+  }
+
+  function enterGame(session) {
+    resetGameView();
+    S.session = session;
     saveSession();
     $('lobby').hidden = true;
     $('game').hidden = false;
@@ -304,8 +314,7 @@
   function leaveGame() {
     disconnect();
     S.session = null;
-    S.truth = null;
-    S.pending = null;
+    resetGameView();
     saveSession();
     $('game').hidden = true;
     $('lobby').hidden = false;
@@ -392,7 +401,7 @@
       } catch (err) {
         return;
       }
-      // A running count of frames, for people and tests diagnosing a stuck box.
+      // A count of this game's frames, for people and tests diagnosing a stuck box.
       document.body.dataset.frames = String(Number(document.body.dataset.frames || 0) + 1);
       if (msg && typeof msg === 'object') onMessage(msg);
     };

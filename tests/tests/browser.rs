@@ -271,9 +271,12 @@ async fn create(
     (game, code.as_str().unwrap_or_default().to_owned())
 }
 
-async fn join(o: &Client, code: &str) {
+/// O joins by `code` and must land in X's `game`.
+async fn join(o: &Client, code: &str, game: &str) {
     type_into(o, "#join-code", code).await;
     click(o, "#join-button").await;
+    let title = "document.getElementById('game-title').textContent";
+    wait_eq(o, "O", title, json!(format!("Game {game}"))).await;
 }
 
 /// Clicks a tic-tac-toe cell as `mover` and waits until every browser shows the mark.
@@ -319,7 +322,7 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     assert_eq!(code.len(), 8, "a pairing code is 8 characters: {code:?}");
     screenshot(&x, "x-waiting").await;
     open(&o, &base).await;
-    join(&o, &code).await;
+    join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
@@ -461,14 +464,14 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     // and reveals both.
     click(&x, "#leave").await;
     click(&o, "#leave").await;
-    let (_, code) = create(
+    let (game, code) = create(
         &x,
         &inbox,
         "pipehub:rock-paper-scissors",
         &[("bestOf", "1")],
     )
     .await;
-    join(&o, &code).await;
+    join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
@@ -519,8 +522,8 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     // A second game, of connect-four, ends when O resigns.
     click(&x, "#leave").await;
     click(&o, "#leave").await;
-    let (_, code) = create(&x, &inbox, "pipehub:connect-four", &[]).await;
-    join(&o, &code).await;
+    let (game, code) = create(&x, &inbox, "pipehub:connect-four", &[]).await;
+    join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
