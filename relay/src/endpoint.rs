@@ -77,6 +77,12 @@ pub fn configure(relay: Relay) -> impl FnOnce(&mut web::ServiceConfig) {
 }
 
 /// The handler of `GET /v1/ws`: completes the handshake and starts the session.
+#[utoipa::path(get, path = "/v1/ws", tag = "relay",
+    description = "The WebSocket relay: JSON text frames tagged by `t` (hello, game.move, \
+                   game.resign, game.board, game.subscribe from the client; hello.ok, \
+                   game.state, game.refused, error from the hub), as in DESIGN.md section 5.",
+    responses((status = 101, description = "switched to the WebSocket relay"),
+              (status = 400, description = "not a WebSocket upgrade")))]
 pub async fn ws(req: HttpRequest, body: web::Payload, relay: web::Data<Relay>) -> HttpResponse {
     match actix_ws::handle(&req, body) {
         Ok((response, socket, stream)) => {

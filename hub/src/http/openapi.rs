@@ -43,6 +43,7 @@ use super::{events, games, ops};
         ops::metrics,
         ops::healthz,
         ops::readyz,
+        ::relay::endpoint::ws,
     ),
     components(schemas(ErrorBody, PostedBody, CreateGameBody, PairBody, Health, ProtocolInfo, ProtocolList)),
     modifiers(&SeatToken)
@@ -86,6 +87,7 @@ mod tests {
             ("/metrics", vec!["get"]),
             ("/healthz", vec!["get"]),
             ("/readyz", vec!["get"]),
+            ("/v1/ws", vec!["get"]),
         ];
         assert_eq!(paths.len(), expected.len());
         for (path, methods) in expected {
