@@ -5,218 +5,22 @@
 //! the pairing code, a third session finds it in the inbox listing and watches. They play
 //! tic-tac-toe to X's win; on the way X tries a cell O holds, and the page must draw that
 //! move at once and take it back when the hub refuses it; X reloads the tab mid-game and
-//! must get its seat back; the spectator must see every move. A second game of
-//! connect-four ends by resignation. Screenshots of each step are written under the
+//! must get its seat back; the spectator must see every move. Then a game of
+//! rock-paper-scissors where O's early choice is held by the hub (shown on O's page, never on
+//! X's), and one of connect-four that ends by resignation. Screenshots of each step are written under the
 //! target directory (`browser/`) for a person to look at.
 //!
 //! These tests install nothing: without `chromedriver` and `chromium` they fail and name
 //! `scripts/test`, which installs them. Every wait is bounded, chromedriver listens on a
 //! free 127.0.0.1 port, and everything started here is stopped at the end, also on panic.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod browser_support;
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::{json, Value};
+use std::time::Instant;
 
-/// How long any one condition in the page may take to become true.
-const WAIT: Duration = Duration::from_secs(15);
-/// How long chromedriver may take to listen.
-const DRIVER_START: Duration = Duration::from_secs(20);
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const CHROMIUM: &str = "/usr/bin/chromium";
-
-/// A chromedriver process in its own process group, so that dropping it also ends every
-/// browser it started, whatever state the test left them in.
-struct Driver {
-    child: Child,
-    url: String,
-    profiles: PathBuf,
-}
-
-impl Driver {
-    fn start() -> Driver {
-        for tool in [CHROMEDRIVER, CHROMIUM] {
-            assert!(
-                Path::new(tool).exists(),
-                "{tool} is missing: the browser tests need Debian's chromium and chromium-driver; \
-                 run scripts/test, which installs them"
-            );
-        }
-        let port = free_port();
-        let mut command = Command::new(CHROMEDRIVER);
-        command
-            .arg(format!("--port={port}"))
-            .arg("--allowed-ips=127.0.0.1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let child = command.spawn().unwrap_or_else(|e| {
-            panic!("cannot start {CHROMEDRIVER} ({e}); run scripts/test, which installs it")
-        });
-        let profiles =
-            std::env::temp_dir().join(format!("pipehub-browser-{}-{port}", std::process::id()));
-        let driver = Driver {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            profiles,
-        };
-        let deadline = Instant::now() + DRIVER_START;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not listen on port {port} within {DRIVER_START:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        driver
-    }
-
-    /// A new browser session with a fresh profile, headless, at phone width.
-    async fn browser(&self, name: &str) -> Client {
-        let profile = self.profiles.join(name);
-        std::fs::create_dir_all(&profile).expect("a temporary profile directory can be made");
-        let caps = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": CHROMIUM,
-                // A phone's viewport: chromium's windows are never narrower than 500 px.
-                "mobileEmulation": {"deviceMetrics": {"width": 360, "height": 740, "pixelRatio": 1.0}},
-                "args": [
-                    "--headless=new",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--disable-extensions",
-                    "--no-first-run",
-                    "--no-default-browser-check",
-                    "--window-size=500,900",
-                    format!("--user-data-dir={}", profile.display()),
-                ],
-            },
-        });
-        let caps = match caps {
-            Value::Object(map) => map,
-            _ => unreachable!("a json! object literal is an object"),
-        };
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        let mut builder = ClientBuilder::new(connector);
-        let connecting = builder.capabilities(caps).connect(&self.url);
-        match tokio::time::timeout(WAIT, connecting).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => panic!("chromedriver could not start chromium for {name}: {e}"),
-            Err(_) => panic!("chromium for {name} did not start within {WAIT:?}"),
-        }
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // The group holds chromedriver and every chromium it started; its id is the
-        // driver's pid (process_group(0) above). A pid of 0 or one that does not fit would
-        // name our own group or every process, so only a real positive id is signalled.
-        if let Ok(group) = libc::pid_t::try_from(self.child.id()) {
-            if group > 0 {
-                // SAFETY: killpg only sends a signal; it touches no memory of ours.
-                unsafe {
-                    libc::killpg(group, libc::SIGKILL);
-                }
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.profiles);
-    }
-}
-
-/// Notes how far the test got, so a slow or failed run says where its time went.
-fn step(started: Instant, what: &str) {
-    eprintln!(
-        "browser test: {:>6} ms  {what}",
-        started.elapsed().as_millis()
-    );
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a free local port");
-    listener
-        .local_addr()
-        .expect("a bound listener has an address")
-        .port()
-}
-
-/// Evaluates `expr` (a JavaScript expression) in the page.
-async fn eval(c: &Client, expr: &str) -> Value {
-    c.execute(&format!("return ({expr});"), vec![])
-        .await
-        .unwrap_or_else(|e| panic!("the page could not evaluate {expr}: {e}"))
-}
-
-/// Waits until `expr` is `want` in the page, or fails with what the page says.
-async fn wait_eq(c: &Client, who: &str, expr: &str, want: Value) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let got = eval(c, expr).await;
-        if got == want {
-            return;
-        }
-        if Instant::now() > deadline {
-            let status = eval(c, "document.getElementById('status').textContent").await;
-            let alert = eval(c, "document.getElementById('alert').textContent").await;
-            let log = eval(c, "document.getElementById('log').innerText").await;
-            let board = eval(c, "document.getElementById('board').outerHTML").await;
-            let conn = eval(
-                c,
-                "document.body.dataset.conn + ', frames ' + document.body.dataset.frames",
-            )
-            .await;
-            panic!(
-                "{who}: `{expr}` is {got}, not {want}, after {WAIT:?}\nstatus: {status}\nalert: {alert}\nlog: {log}\nboard: {board}\nconnection: {conn}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
-}
-
-async fn click(c: &Client, css: &str) {
-    c.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
-}
-
-async fn type_into(c: &Client, css: &str, text: &str) {
-    let input = c
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no element {css}: {e}"));
-    input
-        .clear()
-        .await
-        .unwrap_or_else(|e| panic!("cannot clear {css}: {e}"));
-    input
-        .send_keys(text)
-        .await
-        .unwrap_or_else(|e| panic!("cannot type into {css}: {e}"));
-}
-
-async fn screenshot(c: &Client, name: &str) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
-    std::fs::create_dir_all(&dir).expect("the target directory is writable");
-    let png = c
-        .screenshot()
-        .await
-        .unwrap_or_else(|e| panic!("screenshot {name}: {e}"));
-    std::fs::write(dir.join(format!("{name}.png")), png).expect("the screenshot can be written");
-}
+use browser_support::{click, eval, screenshot, step, type_into, wait_eq, Driver};
+use fantoccini::{Client, Locator};
+use serde_json::json;
 
 fn cell(row: u32, col: u32) -> String {
     format!("(document.querySelector('#board .cell[data-row=\"{row}\"][data-col=\"{col}\"]') || {{}}).textContent || null")
@@ -317,11 +121,26 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     screenshot(&x, "lobby").await;
 
     step(t0, "lobby open");
+    tic_tac_toe(x.clone(), o.clone(), s.clone(), &base, &inbox, t0).await;
+    step(t0, "tic-tac-toe: end seen by all");
+    rock_paper_scissors(x.clone(), o.clone(), &inbox).await;
+    step(t0, "rock-paper-scissors over");
+    connect_four_resigned(x.clone(), o.clone(), &inbox).await;
+    step(t0, "resigned game over");
+    for c in [x, o, s] {
+        let _ = c.close().await;
+    }
+    drop(driver);
+}
+
+/// X and O play tic-tac-toe to X's win while a spectator watches: a refused move is drawn
+/// and taken back, a reload keeps X's seat, and the spectator sees every move.
+async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t0: Instant) {
     // X creates, O joins by code, both see the started game.
-    let (game, code) = create(&x, &inbox, "pipehub:tic-tac-toe", &[]).await;
+    let (game, code) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
     assert_eq!(code.len(), 8, "a pairing code is 8 characters: {code:?}");
     screenshot(&x, "x-waiting").await;
-    open(&o, &base).await;
+    open(&o, base).await;
     join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
@@ -331,8 +150,8 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
 
     step(t0, "game started for X and O");
     // The spectator finds the game in the inbox's listing and watches it.
-    open(&s, &base).await;
-    type_into(&s, "#list-inbox", &inbox).await;
+    open(&s, base).await;
+    type_into(&s, "#list-inbox", inbox).await;
     click(&s, "#list-button").await;
     let watch = format!("#game-list button[data-game=\"{game}\"]");
     wait_eq(
@@ -457,20 +276,15 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     screenshot(&x, "x-won").await;
     screenshot(&o, "o-lost").await;
     screenshot(&s, "spectator-end").await;
+}
 
-    step(t0, "end seen by all");
-    // Rock-paper-scissors, best of one: O chooses first, so the hub holds O's choice until
-    // its turn; O's page shows it, X's page must not. Then X chooses and the hub commits
-    // and reveals both.
+/// Rock-paper-scissors, best of one: O chooses first, so the hub holds O's choice until
+/// its turn; O's page shows it, X's page must not. Then X chooses and the hub commits
+/// and reveals both.
+async fn rock_paper_scissors(x: Client, o: Client, inbox: &str) {
     click(&x, "#leave").await;
     click(&o, "#leave").await;
-    let (game, code) = create(
-        &x,
-        &inbox,
-        "pipehub:rock-paper-scissors",
-        &[("bestOf", "1")],
-    )
-    .await;
+    let (game, code) = create(&x, inbox, "pipehub:rock-paper-scissors", &[("bestOf", "1")]).await;
     join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
@@ -516,13 +330,13 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     )
     .await;
     screenshot(&x, "x-rock-paper-scissors-end").await;
+}
 
-    step(t0, "rock-paper-scissors over");
-
-    // A second game, of connect-four, ends when O resigns.
+/// A game of connect-four that ends when O resigns.
+async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
     click(&x, "#leave").await;
     click(&o, "#leave").await;
-    let (game, code) = create(&x, &inbox, "pipehub:connect-four", &[]).await;
+    let (game, code) = create(&x, inbox, "pipehub:connect-four", &[]).await;
     join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
@@ -548,10 +362,4 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
         json!("Game over: you lost (X wins, O resigned)."),
     )
     .await;
-
-    step(t0, "resigned game over");
-    for c in [x, o, s] {
-        let _ = c.close().await;
-    }
-    drop(driver);
 }
