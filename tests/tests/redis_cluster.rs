@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use pipehub_tests::{Client, Hub};
-use redis_support::{await_owners, node, owned, verdict_fences, Game, RedisServer, SHARDS};
+use redis_support::{
+    await_owners, node, node_with, owned, verdict_fences, Game, RedisServer, SHARDS,
+};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -239,4 +241,55 @@ fn await_owners_one(client: &Client, hub: &Hub) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn listings_and_the_open_games_cap_span_the_nodes() {
+    let redis = RedisServer::start();
+    let nodes = [
+        node_with(&redis, &["--max-open-games", "2"]),
+        node_with(&redis, &["--max-open-games", "2"]),
+    ];
+    let client = Client::new();
+    let create = |hub: &Hub| {
+        client.post(
+            &hub.url("/v1/inboxes/span/games"),
+            None,
+            &json!({"protocol": "pipehub:tic-tac-toe"}),
+        )
+    };
+    let a = create(&nodes[0]);
+    let b = create(&nodes[1]);
+    assert_eq!((a.status, b.status), (201, 201), "{} {}", a.body, b.body);
+    // The same person (this client's address) hosts two games, one on each node: a third
+    // is refused on either node.
+    let c = create(&nodes[0]);
+    assert_eq!(c.error(), "too_many_games", "{} {}", c.status, c.body);
+    for hub in &nodes {
+        let list = client.get(&hub.url("/v1/inboxes/span/games?phase=waiting"));
+        let ids: Vec<String> = list.json()["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|g| g["game"].as_str().map(str::to_string))
+            .collect();
+        for created in [&a, &b] {
+            let id = created.json()["game"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            assert!(ids.contains(&id), "{id} missing from {}", list.body);
+        }
+    }
+    // X's token from node 0 opens its seat on node 1, and the game's view reads the same.
+    let token = a.json()["token"].as_str().unwrap_or_default().to_string();
+    let game = a.json()["game"].as_str().unwrap_or_default().to_string();
+    let view = client.get_auth(
+        &nodes[1].url(&format!("/v1/inboxes/span/games/{game}/view")),
+        &token,
+    );
+    assert_eq!(view.status, 200, "{}", view.body);
+    assert_eq!(view.json()["phase"], json!("waiting"));
+    assert_eq!(view.json()["seat"], json!("X"));
 }

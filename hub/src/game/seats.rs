@@ -262,6 +262,31 @@ impl Seats {
         }
     }
 
+    /// Re-reads every registration of one inbox from the store (for the game listing of a
+    /// hub node whose peers create games too).
+    pub async fn refresh_inbox(&self, inbox: &str) -> Result<(), HubError> {
+        let mut fresh = Vec::new();
+        for (key, value) in self.meta.scan(&format!("game/{inbox}/")).await? {
+            match serde_json::from_slice::<Registration>(&value) {
+                Ok(reg) if reg.inbox == inbox => fresh.push(reg),
+                Ok(_) => {}
+                Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
+            }
+        }
+        self.games
+            .retain(|(i, g), _| i != inbox || fresh.iter().any(|r| &r.game == g));
+        for reg in fresh {
+            self.games
+                .insert((reg.inbox.clone(), reg.game.clone()), reg);
+        }
+        Ok(())
+    }
+
+    /// How many open games `person` hosts, counted in the store (every hub node's).
+    pub async fn open_games_stored(&self, person: &str) -> Result<u64, HubError> {
+        Ok(self.meta.scan(&format!("open/{person}/")).await?.len() as u64)
+    }
+
     /// Looks a token up in the store (issued by another hub node) and caches it.
     pub async fn refresh_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
         let hash = crypto::sha256_hex(token.as_bytes());

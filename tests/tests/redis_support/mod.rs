@@ -115,17 +115,25 @@ impl Drop for RedisServer {
 
 /// A hub node on `redis`.
 pub fn node(redis: &RedisServer) -> Hub {
+    node_with(redis, &[])
+}
+
+/// A hub node on `redis` with extra `serve` flags.
+pub fn node_with(redis: &RedisServer, extra: &[&str]) -> Hub {
     let url = redis.url();
-    Hub::start(&[
+    let shards = SHARDS.to_string();
+    let mut args = vec![
         "--redis",
         &url,
         "--secret",
         SECRET,
         "--shards",
-        &SHARDS.to_string(),
+        &shards,
         "--rate-limit",
         "10000/1",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    Hub::start(&args)
 }
 
 /// A gauge's value in a node's `/metrics`, if the node answers.

@@ -246,7 +246,12 @@ impl Hub {
     ) -> Result<Created, HubError> {
         let config = &self.engine.config;
         if let Some(max) = config.max_open_games {
-            if self.engine.seats.open_games(person) >= max {
+            let open = if self.clustered() {
+                self.engine.seats.open_games_stored(person).await?
+            } else {
+                self.engine.seats.open_games(person)
+            };
+            if open >= max {
                 return Err(HubError::TooManyGames(max));
             }
         }

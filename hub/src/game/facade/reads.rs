@@ -89,6 +89,10 @@ impl Hub {
         limit: usize,
     ) -> Result<Listing<GameSummary>, HubError> {
         let mut items = Vec::new();
+        if self.clustered() {
+            // Other nodes create games too: list what the shared store holds.
+            self.engine.seats.refresh_inbox(inbox).await?;
+        }
         let mut regs = self.engine.seats.registrations(inbox);
         regs.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
         for reg in regs {
