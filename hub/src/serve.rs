@@ -96,6 +96,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let ws_rooms = ::relay::Rooms::new();
     let rooms = Arc::new(HubRooms::new(ws_rooms.clone()));
     let hub = Hub::open(hub_config, inbox.clone(), meta, metrics.clone(), rooms).await?;
+    let mut events = EventLimiter::new(config.rate_limit);
+    if let Some(c) = &cluster {
+        // Every node charges the same buckets in Redis.
+        events = events.with_shared(Arc::new(crate::cluster::limits::RedisBudget::new(
+            c.connection(),
+            config.rate_limit,
+        )));
+    }
     let (leases_stop, leases_stop_rx) = tokio::sync::watch::channel(false);
     let leases = cluster.map(|c| {
         tracing::info!(node = c.node(), "cluster node: taking shard leases");
@@ -104,7 +112,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     let state = http::AppState {
         hub: hub.clone(),
-        events: Arc::new(EventLimiter::new(config.rate_limit)),
+        events: Arc::new(events),
         pairing: Arc::new(PairingLimiter::new(config.pairing_limit)),
         metrics: metrics.clone(),
         trusted_proxies: Arc::new(config.trusted_proxies.clone()),
@@ -122,6 +130,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     .disable_signals()
     .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
     .max_connection_rate(1024)
+    // Frames are small and latency-bound (a move, then the opponent's board): without
+    // TCP_NODELAY a frame sent while the previous one awaits the client's delayed ACK
+    // waits up to 40 ms for it.
+    .tcp_nodelay(true)
     .client_request_timeout(Duration::from_secs(10))
     .bind(&config.listen)
     .map_err(|source| ServeError::Listen {
