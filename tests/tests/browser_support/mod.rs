@@ -18,28 +18,37 @@ use serde_json::{json, Value};
 pub const WAIT: Duration = Duration::from_secs(15);
 /// How long chromedriver may take to listen.
 pub const DRIVER_START: Duration = Duration::from_secs(20);
-pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-pub const CHROMIUM: &str = "/usr/bin/chromium";
+/// Where Debian's packages put the two programs; `PIPEHUB_CHROMEDRIVER` and
+/// `PIPEHUB_CHROMIUM` name others.
+const CHROMEDRIVER: (&str, &str) = ("PIPEHUB_CHROMEDRIVER", "/usr/bin/chromedriver");
+const CHROMIUM: (&str, &str) = ("PIPEHUB_CHROMIUM", "/usr/bin/chromium");
+
+fn tool(which: (&str, &str)) -> PathBuf {
+    std::env::var_os(which.0).map_or_else(|| PathBuf::from(which.1), PathBuf::from)
+}
 
 /// A chromedriver process in its own process group, so that dropping it also ends every
 /// browser it started, whatever state the test left them in.
 pub struct Driver {
     child: Child,
+    chromium: PathBuf,
     url: String,
     profiles: PathBuf,
 }
 
 impl Driver {
     pub fn start() -> Driver {
-        for tool in [CHROMEDRIVER, CHROMIUM] {
+        let (chromedriver, chromium) = (tool(CHROMEDRIVER), tool(CHROMIUM));
+        for tool in [&chromedriver, &chromium] {
             assert!(
-                Path::new(tool).exists(),
-                "{tool} is missing: the browser tests need Debian's chromium and chromium-driver; \
-                 run scripts/test, which installs them"
+                tool.exists(),
+                "{} is missing: the browser tests need Debian's chromium and chromium-driver; \
+                 run scripts/test, which installs them",
+                tool.display()
             );
         }
         let port = free_port();
-        let mut command = Command::new(CHROMEDRIVER);
+        let mut command = Command::new(&chromedriver);
         command
             .arg(format!("--port={port}"))
             .arg("--allowed-ips=127.0.0.1")
@@ -48,12 +57,16 @@ impl Driver {
             .stderr(Stdio::null());
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let child = command.spawn().unwrap_or_else(|e| {
-            panic!("cannot start {CHROMEDRIVER} ({e}); run scripts/test, which installs it")
+            panic!(
+                "cannot start {} ({e}); run scripts/test, which installs it",
+                chromedriver.display()
+            )
         });
         let profiles =
             std::env::temp_dir().join(format!("pipehub-browser-{}-{port}", std::process::id()));
         let driver = Driver {
             child,
+            chromium,
             url: format!("http://127.0.0.1:{port}"),
             profiles,
         };
@@ -75,7 +88,7 @@ impl Driver {
         let caps = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
-                "binary": CHROMIUM,
+                "binary": self.chromium.display().to_string(),
                 // A phone's viewport: chromium's windows are never narrower than 500 px.
                 "mobileEmulation": {"deviceMetrics": {"width": 360, "height": 740, "pixelRatio": 1.0}},
                 "args": [
