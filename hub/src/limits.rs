@@ -145,7 +145,8 @@ pub struct RateLimited {
 }
 
 impl RateLimited {
-    fn after(wait: Duration) -> RateLimited {
+    /// The refusal for a wait of `wait`.
+    pub fn after(wait: Duration) -> RateLimited {
         // Whole seconds, rounded up, so a client that waits that long finds a token.
         let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         RateLimited {
@@ -161,10 +162,21 @@ type Keyed<C> = RateLimiter<
     governor::middleware::NoOpMiddleware<<C as Clock>::Instant>,
 >;
 
-/// The per-person event budget (GCRA, governor).
+/// A per-person budget shared by several hub nodes (kept in Redis by
+/// [`crate::cluster::limits`]). `Err` when the shared store cannot answer.
+#[async_trait::async_trait]
+pub trait SharedBudget: Send + Sync {
+    async fn charge(
+        &self,
+        person: &Person,
+    ) -> Result<Result<(), RateLimited>, crate::inbox::StoreError>;
+}
+
+/// The per-person event budget (GCRA, governor), or the cluster's shared one.
 pub struct EventLimiter<C: Clock = DefaultClock> {
     limiter: Keyed<C>,
     clock: C,
+    shared: Option<std::sync::Arc<dyn SharedBudget>>,
 }
 
 impl EventLimiter<DefaultClock> {
@@ -179,7 +191,26 @@ impl<C: Clock + Clone> EventLimiter<C> {
         EventLimiter {
             limiter: RateLimiter::dashmap_with_clock(spec.quota(), clock.clone()),
             clock,
+            shared: None,
         }
+    }
+
+    /// Charges the cluster's shared budget from now on (this node's own bucket decides
+    /// only while the shared store cannot answer).
+    pub fn with_shared(mut self, shared: std::sync::Arc<dyn SharedBudget>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// Spends one token: of the shared budget in a cluster, else of this hub's.
+    pub async fn charge_any(&self, person: &Person) -> Result<(), RateLimited> {
+        if let Some(shared) = &self.shared {
+            match shared.charge(person).await {
+                Ok(decided) => return decided,
+                Err(e) => tracing::debug!(error = %e, "shared rate limit unavailable"),
+            }
+        }
+        self.charge(person)
     }
 
     /// Spends one token of `person`'s budget, or says how long until one is free.

@@ -107,9 +107,10 @@ fn auth(seat: &SeatRef) -> SeatAuth {
 
 impl HubGames {
     /// Spends one token of the seat holder's budget: the same bucket as their HTTP posts.
-    fn charge(&self, seat: &SeatRef) -> Result<(), Failure> {
+    async fn charge(&self, seat: &SeatRef) -> Result<(), Failure> {
         self.limiter
-            .charge(&Person::Seat(seat.person))
+            .charge_any(&Person::Seat(seat.person))
+            .await
             .map_err(|limited| {
                 self.metrics
                     .rate_limited
@@ -176,7 +177,7 @@ impl Games for HubGames {
     }
 
     async fn play(&self, seat: &SeatRef, mv: Value) -> Result<Outcome, Failure> {
-        self.charge(seat)?;
+        self.charge(seat).await?;
         let posted = self
             .hub
             .post_move(&auth(seat), json!({ "move": mv }))
@@ -186,7 +187,7 @@ impl Games for HubGames {
     }
 
     async fn resign(&self, seat: &SeatRef) -> Result<Outcome, Failure> {
-        self.charge(seat)?;
+        self.charge(seat).await?;
         let posted = self.hub.resign(&auth(seat)).await.map_err(failure)?;
         self.outcome(seat, posted).await
     }

@@ -293,3 +293,26 @@ fn listings_and_the_open_games_cap_span_the_nodes() {
     assert_eq!(view.json()["phase"], json!("waiting"));
     assert_eq!(view.json()["seat"], json!("X"));
 }
+
+#[test]
+fn one_person_has_one_budget_across_the_nodes() {
+    let redis = RedisServer::start();
+    let limited = ["--rate-limit", "4/60"];
+    let nodes = [node_with(&redis, &limited), node_with(&redis, &limited)];
+    let client = Client::new();
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let r = client.post(
+            &nodes[i % 2].url("/v1/inboxes/budget/games"),
+            None,
+            &json!({"protocol": "pipehub:tic-tac-toe"}),
+        );
+        if r.status == 429 {
+            assert_eq!(r.error(), "rate_limited");
+            assert!(r.header("retry-after").is_some(), "{r:?}");
+        }
+        statuses.push(r.status);
+    }
+    // Four games created in all (two through each node), then refused on both nodes.
+    assert_eq!(statuses, [201, 201, 201, 201, 429, 429]);
+}

@@ -96,6 +96,11 @@ impl RedisCluster {
         })
     }
 
+    /// A connection to the cluster's Redis, for other shared state (rate limits).
+    pub fn connection(&self) -> ConnectionManager {
+        self.con.clone()
+    }
+
     /// This node's id, as it appears in lease values.
     pub fn node(&self) -> &str {
         &self.node

@@ -28,6 +28,7 @@
 //! draft is settled by the chain like any other racing writer (`stale_seq`).
 
 pub mod lease;
+pub mod limits;
 
 use std::sync::Arc;
 

@@ -97,7 +97,7 @@ pub async fn post_event(
     if caller.auth.as_ref().is_some_and(|a| a.inbox != inbox) {
         return Err(ApiError::forbidden("this token belongs to another inbox"));
     }
-    extract::charge(&state, &caller)?;
+    extract::charge(&state, &caller).await?;
     let body = extract::read_body(&req, payload, EVENT_BODY_LIMIT).await?;
     let event = Event::parse(&body).map_err(|refusal| {
         state

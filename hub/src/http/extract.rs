@@ -121,15 +121,19 @@ pub async fn seat_of(
 }
 
 /// Step "rate limit": spends one token of the caller's budget.
-pub fn charge(state: &AppState, caller: &Caller) -> Result<(), ApiError> {
-    state.events.charge(&caller.person).map_err(|limited| {
-        state
-            .metrics
-            .rate_limited
-            .with_label_values(&["events"])
-            .inc();
-        ApiError::rate_limited(limited, "events")
-    })
+pub async fn charge(state: &AppState, caller: &Caller) -> Result<(), ApiError> {
+    state
+        .events
+        .charge_any(&caller.person)
+        .await
+        .map_err(|limited| {
+            state
+                .metrics
+                .rate_limited
+                .with_label_values(&["events"])
+                .inc();
+            ApiError::rate_limited(limited, "events")
+        })
 }
 
 /// Steps "size" and "content type": the whole body, at most `limit` bytes once one

@@ -96,7 +96,7 @@ pub async fn create_game(
     let inbox = path.into_inner();
     extract::check_inbox(&inbox)?;
     let caller = extract::caller(&state, &req).await?;
-    extract::charge(&state, &caller)?;
+    extract::charge(&state, &caller).await?;
     let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
     let body: CreateGameBody = extract::parse_request(&body)?;
     let create = CreateGame {
@@ -264,7 +264,7 @@ pub async fn post_move(
 ) -> Result<HttpResponse, ApiError> {
     let (inbox, game) = path.into_inner();
     let (caller, auth) = extract::seat_of(&state, &req, &inbox, &game).await?;
-    extract::charge(&state, &caller)?;
+    extract::charge(&state, &caller).await?;
     let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
     let body: Map<String, Value> = extract::parse_request(&body)?;
     let posted = state.hub.post_move(&auth, Value::Object(body)).await?;
@@ -287,6 +287,6 @@ pub async fn resign(
 ) -> Result<HttpResponse, ApiError> {
     let (inbox, game) = path.into_inner();
     let (caller, auth) = extract::seat_of(&state, &req, &inbox, &game).await?;
-    extract::charge(&state, &caller)?;
+    extract::charge(&state, &caller).await?;
     Ok(posted_response(state.hub.resign(&auth).await?))
 }

@@ -122,16 +122,10 @@ pub fn node(redis: &RedisServer) -> Hub {
 pub fn node_with(redis: &RedisServer, extra: &[&str]) -> Hub {
     let url = redis.url();
     let shards = SHARDS.to_string();
-    let mut args = vec![
-        "--redis",
-        &url,
-        "--secret",
-        SECRET,
-        "--shards",
-        &shards,
-        "--rate-limit",
-        "10000/1",
-    ];
+    let mut args = vec!["--redis", &url, "--secret", SECRET, "--shards", &shards];
+    if !extra.contains(&"--rate-limit") {
+        args.extend_from_slice(&["--rate-limit", "10000/1"]);
+    }
     args.extend_from_slice(extra);
     Hub::start(&args)
 }
