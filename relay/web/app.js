@@ -173,7 +173,8 @@
       const param = params[name] || {};
       const id = 'rule-' + name.replace(/[^A-Za-z0-9_-]/g, '_');
       const row = el('div', { class: 'rule' });
-      row.appendChild(el('label', { htmlFor: id }, name));
+      const range = param.min !== undefined && param.max !== undefined ? ' (' + param.min + '–' + param.max + ')' : '';
+      row.appendChild(el('label', { htmlFor: id }, name + range));
       let input;
       if (param.type === 'boolean') {
         input = el('input', { id, type: 'checkbox', checked: param.default === true });
@@ -291,7 +292,7 @@
     S.pending = null;
     S.myChoice = null;
     S.boardKey = '';
-    for (const id of ['board', 'log', 'pairing-code', 'pairing-expires', 'status', 'game-title', 'game-meta']) {
+    for (const id of ['board', 'log', 'pairing-code', 'pairing-link', 'pairing-expires', 'status', 'game-title', 'game-meta']) {
       $(id).textContent = '';
     }
     $('pairing').hidden = true;
@@ -613,6 +614,9 @@
     $('pairing').hidden = !waiting;
     if (waiting) {
       setText($('pairing-code'), s.pairingCode);
+      const link = location.origin + '/?code=' + encodeURIComponent(s.pairingCode);
+      setText($('pairing-link'), link);
+      $('pairing-link').href = link;
       setText($('pairing-expires'), s.expiresAt ? new Date(s.expiresAt).toLocaleTimeString() : 'a few minutes');
     }
 
@@ -669,12 +673,14 @@
     const board = $('board');
     const rows = v.rows;
     const cols = v.cols;
-    const key = kind + ':' + rows + 'x' + cols;
+    // Only a seat gets buttons: a spectator's keyboard should not wade through the board.
+    const seated = Boolean(mySeat());
+    const key = kind + ':' + rows + 'x' + cols + (seated ? ':seat' : ':watch');
     if (S.boardKey !== key) {
       S.boardKey = key;
       board.textContent = '';
       board.style.setProperty('--cols', String(cols));
-      if (kind === 'columns') {
+      if (kind === 'columns' && seated) {
         const drops = el('div', { class: 'drops', role: 'group', 'aria-label': 'Drop a piece' });
         for (let c = 0; c < cols; c += 1) {
           const b = el('button', { type: 'button', class: 'drop', 'data-col': String(c) }, '↓');
@@ -687,7 +693,7 @@
       for (let r = 0; r < rows; r += 1) {
         for (let c = 0; c < cols; c += 1) {
           let cell;
-          if (kind === 'cells') {
+          if (kind === 'cells' && seated) {
             cell = el('button', { type: 'button', class: 'cell' });
             cell.addEventListener('click', () => play({ row: r, col: c }));
           } else {
@@ -722,7 +728,7 @@
       const cls = 'cell' + (mark ? ' mark-' + mark : '') + (isEarly ? ' pending' : '') + (onLine.has(at) ? ' win' : '') + (at === last && !isEarly ? ' last' : '');
       if (cell.className !== cls) cell.className = cls;
       setAttr(cell, 'aria-label', 'Row ' + (r + 1) + ', column ' + (c + 1) + ': ' + (mark || 'empty') + (isEarly ? ' (sending)' : ''));
-      if (kind === 'cells') setAttr(cell, 'aria-disabled', movable ? 'false' : 'true');
+      if (cell.tagName === 'BUTTON') setAttr(cell, 'aria-disabled', movable ? 'false' : 'true');
     }
     for (const b of board.querySelectorAll('.drop')) {
       const c = Number(b.dataset.col);
@@ -764,7 +770,7 @@
     }
     const scores = v.scores || {};
     setText(board.querySelector('.score'),
-      'Round ' + v.round + ' (first to ' + v.target + ' of ' + v.bestOf + ') — X ' + (scores.X || 0) + ' : ' + (scores.O || 0) + ' O');
+      'Round ' + v.round + ' · first to ' + v.target + ' · X ' + (scores.X || 0) + ' – ' + (scores.O || 0) + ' O');
     const movable = canMove();
     const early = S.pending ? S.pending.move.choice : null;
     const mine = early || myPendingChoice(v);
