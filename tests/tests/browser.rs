@@ -5,7 +5,8 @@
 //! the pairing code, a third session finds it in the inbox listing and watches. They play
 //! tic-tac-toe to X's win; on the way X tries a cell O holds, and the page must draw that
 //! move at once and take it back when the hub refuses it; X reloads the tab mid-game and
-//! must get its seat back; the spectator must see every move. Then a game of
+//! must get its seat back, and plays one move from the keyboard; the spectator must see
+//! every move. Then a game of
 //! rock-paper-scissors where O's early choice is held by the hub (shown on O's page, never on
 //! X's), and one of connect-four that ends by resignation. Screenshots of each step are written under the
 //! target directory (`browser/`) for a person to look at.
@@ -19,6 +20,7 @@ mod browser_support;
 use std::time::Instant;
 
 use browser_support::{click, eval, screenshot, step, type_into, wait_eq, Driver};
+use fantoccini::key::Key;
 use fantoccini::{Client, Locator};
 use serde_json::json;
 
@@ -211,7 +213,27 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
     screenshot(&x, "x-refused").await;
 
     step(t0, "refused move taken back");
-    play_cell(&x, &all, 0, 1, "X", 3).await;
+    // This move is made from the keyboard: Enter on the focused cell. The cell keeps the
+    // focus afterwards, since the board is updated in place rather than redrawn.
+    let target = "#board .cell[data-row=\"0\"][data-col=\"1\"]";
+    let button = x
+        .find(Locator::Css(target))
+        .await
+        .unwrap_or_else(|e| panic!("no cell {target}: {e}"));
+    button
+        .send_keys(&Key::Enter.to_string())
+        .await
+        .unwrap_or_else(|e| panic!("cannot press Enter on {target}: {e}"));
+    for (who, c) in all {
+        wait_eq(c, who, &cell(0, 1), json!("X")).await;
+        wait_eq(c, who, SEQ, json!("3")).await;
+    }
+    let focused = "document.activeElement.dataset.row + ',' + document.activeElement.dataset.col";
+    assert_eq!(
+        eval(&x, focused).await,
+        json!("0,1"),
+        "the pressed cell lost the focus"
+    );
     play_cell(&o, &all, 2, 2, "O", 4).await;
     play_cell(&x, &all, 0, 2, "X", 5).await;
 
