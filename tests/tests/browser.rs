@@ -6,10 +6,9 @@
 //! tic-tac-toe to X's win; on the way X tries a cell O holds, and the page must draw that
 //! move at once and take it back when the hub refuses it; X reloads the tab mid-game and
 //! must get its seat back, and plays one move from the keyboard; the spectator must see
-//! every move. Then a game of
-//! rock-paper-scissors where O's early choice is held by the hub (shown on O's page, never on
-//! X's), and one of connect-four that ends by resignation. Screenshots of each step are written under the
-//! target directory (`browser/`) for a person to look at.
+//! every move. Then a game of rock-paper-scissors where O's early choice is held by the hub
+//! (shown on O's page, never on X's), and one of connect-four that ends by resignation.
+//! Screenshots of each step are written to `target/tmp/browser/` for a person to look at.
 //!
 //! These tests install nothing: without `chromedriver` and `chromium` they fail and name
 //! `scripts/test`, which installs them. Every wait is bounded, chromedriver listens on a
