@@ -26,6 +26,8 @@ pub mod embedded;
 mod index;
 pub mod log;
 pub mod redis;
+#[cfg(test)]
+mod redis_tests;
 mod writer;
 
 use std::fmt;

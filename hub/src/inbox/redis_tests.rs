@@ -1,0 +1,183 @@
+//! The Redis inbox against a private `redis-server` (a free loopback port, a temporary
+//! directory): positions, indexes, listings, and the fence on verdicts. A missing
+//! `redis-server` fails these tests naming `scripts/test`, which installs it.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use games::{Reason, Seat};
+
+use super::redis::{keys, Fence, RedisInbox};
+use super::{Capture, Inbox, StoredVerdict};
+
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn server() -> Server {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child = Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run redis-server ({e}); scripts/test installs it (Debian redis-server)")
+        });
+    let s = Server {
+        child,
+        port,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s
+}
+
+struct FixedFence(Option<String>);
+
+impl Fence for FixedFence {
+    fn lease_value(&self, _shard: u32) -> Option<String> {
+        self.0.clone()
+    }
+}
+
+fn raw(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_indexes_and_listings() {
+    let s = server();
+    let inbox = RedisInbox::open(&format!("redis://127.0.0.1:{}", s.port), 4)
+        .await
+        .expect("open");
+    // The shard count is fixed by the first node: a later open keeps it.
+    let again = RedisInbox::open(&format!("redis://127.0.0.1:{}", s.port), 9)
+        .await
+        .expect("open again");
+    assert_eq!(again.shards(), 4);
+    let mut captures = Vec::new();
+    for i in 0..5 {
+        let game = if i % 2 == 0 { "even" } else { "odd" };
+        captures.push(
+            inbox
+                .append("box", game, Some(Seat::O), raw(&format!("{{\"n\":{i}}}")))
+                .await
+                .expect("append"),
+        );
+    }
+    let even = inbox.shard_of("box", "even");
+    let evens: Vec<u64> = captures
+        .iter()
+        .filter(|c| c.shard == even)
+        .map(|c| c.pos)
+        .collect();
+    assert!(
+        evens.windows(2).all(|w| w[1] == w[0] + 1),
+        "gapless: {evens:?}"
+    );
+    let records = inbox.game_records("box", "even").await.expect("records");
+    assert_eq!(records.len(), 3);
+    assert_eq!(records[2].raw, raw("{\"n\":4}"));
+    assert_eq!(records[0].seat, Some(Seat::O));
+    assert_eq!(inbox.count("box", "odd").await.expect("count"), 2);
+    let shard = inbox.read_shard(even, evens[1], 10).await.expect("read");
+    assert_eq!(shard.first().map(|r| r.capture.pos), Some(evens[1]));
+    assert_eq!(
+        *inbox.watch_shard(even).expect("watch").borrow(),
+        *evens.last().unwrap_or(&0)
+    );
+
+    let page = inbox.list("box", None, None, 2).await.expect("list");
+    assert_eq!(page.items.len(), 2);
+    let rest = inbox
+        .list("box", None, page.next.as_deref(), 10)
+        .await
+        .expect("list");
+    assert_eq!(rest.items.len(), 3);
+    assert_eq!(rest.next, None);
+    let order: Vec<Capture> = page
+        .items
+        .iter()
+        .chain(rest.items.iter())
+        .map(|(r, _)| r.capture)
+        .collect();
+    assert_eq!(order, captures, "inbox order");
+    assert!(inbox.list("box", None, Some("x"), 2).await.is_err());
+    let games = inbox.games("box", 10).await.expect("games");
+    let names: Vec<&str> = games.iter().map(|g| g.game.as_str()).collect();
+    assert_eq!(names, ["odd", "even"], "newest first");
+    assert_eq!(games[1].captures, 3);
+    assert!(inbox
+        .get("other", captures[0])
+        .await
+        .expect("get")
+        .is_none());
+    assert!(inbox.get("box", captures[0]).await.expect("get").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdicts_are_fenced_by_the_lease() {
+    let s = server();
+    let inbox = RedisInbox::open(&format!("redis://127.0.0.1:{}", s.port), 2)
+        .await
+        .expect("open");
+    let c = inbox
+        .append("box", "g", None, raw("{}"))
+        .await
+        .expect("append");
+    let v = StoredVerdict::Rejected {
+        reason: Reason::StaleSeq,
+        detail: None,
+    };
+    // The lease moved on to another node: the old owner's verdict is refused in Redis.
+    let mut con = inbox.connection();
+    let _: () = redis::cmd("SET")
+        .arg(keys::lease(c.shard))
+        .arg("new-owner:2")
+        .query_async(&mut con)
+        .await
+        .expect("set lease");
+    inbox.set_fence(Arc::new(FixedFence(Some("old-owner:1".into()))));
+    assert!(inbox.put_verdict(c, v.clone()).await.is_err());
+    assert_eq!(inbox.verdict(c).await.expect("verdict"), None);
+    inbox.set_fence(Arc::new(FixedFence(None)));
+    assert!(
+        inbox.put_verdict(c, v.clone()).await.is_err(),
+        "no lease held"
+    );
+    inbox.set_fence(Arc::new(FixedFence(Some("new-owner:2".into()))));
+    inbox
+        .put_verdict(c, v.clone())
+        .await
+        .expect("the holder records");
+    assert_eq!(inbox.verdict(c).await.expect("verdict"), Some(v));
+}
