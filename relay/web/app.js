@@ -17,6 +17,7 @@
   const STORE_KEY = 'pipehub.session';
   const LOG_MAX = 60;
   const RETRY_MAX_MS = 10000;
+  const PENDING_MAX_MS = 15000;
   const CHOICES = ['rock', 'paper', 'scissors'];
 
   const $ = (id) => document.getElementById(id);
@@ -388,7 +389,6 @@
     setConn('connecting');
     ws.onopen = () => {
       if (S.ws !== ws) return;
-      S.retry = 0;
       setConn('connected');
       const hello = { t: 'hello' };
       if (S.session.mode === 'seat') hello.token = S.session.token;
@@ -441,6 +441,9 @@
     if (!s) return;
     switch (msg.t) {
       case 'hello.ok':
+        // Only a greeting resets the back-off: a hub that accepts the socket and then
+        // closes it at once must not be hammered.
+        S.retry = 0;
         if (s.mode === 'watch') send({ t: 'game.subscribe', inbox: s.inbox, game: s.game });
         break;
       case 'game.state':
@@ -597,7 +600,18 @@
     if (!send({ t: 'game.move', move, ref })) {
       S.pending = null;
       render();
+      return;
     }
+    // The relay always answers a move; should an answer go astray, the box asks for the
+    // board rather than keep an early drawing (and a locked board) forever.
+    setTimeout(() => {
+      if (S.pending && S.pending.ref === ref) {
+        S.pending = null;
+        log('No answer to your move yet; showing the hub\'s board.');
+        send({ t: 'game.board' });
+        render();
+      }
+    }, PENDING_MAX_MS);
   }
 
   function render() {
