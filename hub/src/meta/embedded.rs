@@ -1,0 +1,439 @@
+//! The embedded meta store: the whole map in memory, every change appended to a
+//! checksummed log (see [`crate::inbox::log`]) and fsynced before the call returns.
+//!
+//! Changes are group-committed by one writer thread, like the inbox's appends: a caller
+//! stages its change and waits; the writer takes every staged change, writes them with one
+//! `write` and one `fdatasync`, applies them to the map, and only then answers. Meta
+//! writes come in bursts (creating a game is five of them, pairing four, finishing one),
+//! so at a few hundred games a second a store that fsynced each change under a lock spent
+//! most of its time in fsync and, worse, blocked the async threads that called it.
+//!
+//! The map holds durable contents only: `get` and `scan` never show a change that a crash
+//! could still take back. The checks of `insert_new` and `take` look at the staged changes
+//! too (newest per key), under the one lock that also fixes the order in which changes
+//! reach the writer, so two callers racing for a key still get one winner.
+//!
+//! The log is compacted at open when it has grown well past the live data: the live
+//! entries are written to a fresh segment, synced, and the old segments removed oldest
+//! first, so a crash at any point replays to the same map.
+//!
+//! What it deliberately does not do: read from disk after open, or retry after a failed
+//! write or fsync (the store stops taking writes: the kernel may have dropped the pages).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{mpsc, oneshot};
+
+use super::Meta;
+use crate::inbox::log::{self, SegmentLog};
+use crate::inbox::StoreError;
+
+const PUT: u8 = 1;
+const DELETE: u8 = 2;
+/// Compact at open when the log is this much larger than the live data (and not tiny).
+const COMPACT_RATIO: u64 = 4;
+const COMPACT_MIN_BYTES: u64 = 1 << 20;
+/// At most this many changes share one write and fsync.
+const MAX_BATCH: usize = 4096;
+
+/// The embedded meta store. See the module documentation.
+pub struct EmbeddedMeta {
+    shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What callers and the writer share.
+struct Shared {
+    /// Durable contents.
+    map: RwLock<BTreeMap<String, Bytes>>,
+    /// Lock order: `staged` before `map`.
+    staged: Mutex<Staged>,
+    failed: AtomicBool,
+    syncs: AtomicU64,
+}
+
+/// Changes handed to the writer and not yet durable.
+struct Staged {
+    next: u64,
+    /// Per key, the newest staged change: (its number, the value it sets or `None`).
+    newest: HashMap<String, (u64, Option<Bytes>)>,
+    /// `None` once the store is being dropped.
+    tx: Option<mpsc::UnboundedSender<Change>>,
+}
+
+/// One staged change, as the writer gets it.
+struct Change {
+    number: u64,
+    key: String,
+    value: Option<Bytes>,
+    reply: oneshot::Sender<Result<(), StoreError>>,
+}
+
+fn encode(out: &mut Vec<u8>, kind: u8, key: &str, value: &[u8]) {
+    log::frame(out, |out| {
+        out.push(kind);
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(value);
+    });
+}
+
+fn apply(map: &mut BTreeMap<String, Bytes>, payload: &[u8]) -> Result<(), StoreError> {
+    let damaged = || StoreError::Corrupt("a meta entry cannot be read".into());
+    let (&kind, rest) = payload.split_first().ok_or_else(damaged)?;
+    let len_bytes = rest.get(..4).ok_or_else(damaged)?;
+    let mut word = [0u8; 4];
+    word.copy_from_slice(len_bytes);
+    let len = u32::from_le_bytes(word) as usize;
+    let key = rest.get(4..4 + len).ok_or_else(damaged)?;
+    let key = std::str::from_utf8(key).map_err(|_| damaged())?.to_string();
+    let value = Bytes::copy_from_slice(&rest[4 + len..]);
+    match kind {
+        PUT => {
+            map.insert(key, value);
+        }
+        DELETE => {
+            map.remove(&key);
+        }
+        _ => return Err(damaged()),
+    }
+    Ok(())
+}
+
+fn unavailable() -> StoreError {
+    StoreError::Unavailable("the meta store stopped taking writes after a failed write".into())
+}
+
+impl EmbeddedMeta {
+    /// Opens (or creates) the meta store in `dir`; its files are `meta-*.log`, so it may
+    /// share a directory with the inbox.
+    pub fn open(dir: &Path) -> Result<EmbeddedMeta, StoreError> {
+        let mut map = BTreeMap::new();
+        let (mut log, replayed) =
+            SegmentLog::open(dir, "meta", u64::MAX, |_, payload| apply(&mut map, payload))?;
+        let live: u64 = map
+            .iter()
+            .map(|(k, v)| (log::HEADER + 5 + k.len() + v.len()) as u64)
+            .sum();
+        if replayed.bytes > COMPACT_MIN_BYTES && replayed.bytes > COMPACT_RATIO * live {
+            let mut buf = Vec::new();
+            for (key, value) in &map {
+                encode(&mut buf, PUT, key, value);
+            }
+            log.roll()?;
+            log.write_batch(&buf, true)?;
+            log.drop_older_segments()?;
+            tracing::info!(from = replayed.bytes, to = buf.len(), "meta log compacted");
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            map: RwLock::new(map),
+            staged: Mutex::new(Staged {
+                next: 0,
+                newest: HashMap::new(),
+                tx: Some(tx),
+            }),
+            failed: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+        });
+        let writer_shared = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("meta-writer".into())
+            .spawn(move || run(&writer_shared, log, rx))?;
+        Ok(EmbeddedMeta {
+            shared,
+            writer: Mutex::new(Some(writer)),
+        })
+    }
+
+    /// Fsyncs so far (each made a batch of changes durable).
+    pub fn syncs(&self) -> u64 {
+        self.shared.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Stages a change if `check` (given the key's current value, staged or durable)
+    /// allows it, and waits until it is durable. `Ok(None)`: `check` refused; otherwise
+    /// the value the key had.
+    async fn change(
+        &self,
+        key: &str,
+        value: Option<Bytes>,
+        check: impl FnOnce(Option<&Bytes>) -> bool,
+    ) -> Result<Option<Option<Bytes>>, StoreError> {
+        if self.shared.failed.load(Ordering::Acquire) {
+            return Err(unavailable());
+        }
+        let (reply, answer) = oneshot::channel();
+        let before = {
+            let mut staged = self.shared.staged.lock();
+            let before = match staged.newest.get(key) {
+                Some((_, v)) => v.clone(),
+                None => self.shared.map.read().get(key).cloned(),
+            };
+            if !check(before.as_ref()) {
+                return Ok(None);
+            }
+            let number = staged.next;
+            staged.next += 1;
+            let change = Change {
+                number,
+                key: key.to_string(),
+                value: value.clone(),
+                reply,
+            };
+            let sent = staged.tx.as_ref().is_some_and(|tx| tx.send(change).is_ok());
+            if !sent {
+                return Err(unavailable());
+            }
+            staged.newest.insert(key.to_string(), (number, value));
+            before
+        };
+        answer.await.map_err(|_| unavailable())??;
+        Ok(Some(before))
+    }
+}
+
+/// The writer thread: one write and one fsync per batch of staged changes.
+fn run(shared: &Shared, mut log: SegmentLog, mut rx: mpsc::UnboundedReceiver<Change>) {
+    let mut batch = Vec::with_capacity(64);
+    let mut buf = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(change) => batch.push(change),
+                Err(_) => break,
+            }
+        }
+        buf.clear();
+        for c in &batch {
+            match &c.value {
+                Some(v) => encode(&mut buf, PUT, &c.key, v),
+                None => encode(&mut buf, DELETE, &c.key, &[]),
+            }
+        }
+        let failed = shared.failed.load(Ordering::Acquire);
+        let written = if failed {
+            Err(unavailable())
+        } else {
+            log.write_batch(&buf, true)
+        };
+        if let Err(e) = &written {
+            if !failed {
+                // After a failed fsync nothing written since the last good one can be
+                // trusted, so the store stops taking writes rather than retry.
+                tracing::error!(error = %e, "meta write failed; the store stops taking writes");
+                shared.failed.store(true, Ordering::Release);
+            }
+        } else {
+            shared.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        {
+            let mut staged = shared.staged.lock();
+            let mut map = shared.map.write();
+            for c in &batch {
+                if written.is_ok() {
+                    match &c.value {
+                        Some(v) => map.insert(c.key.clone(), v.clone()),
+                        None => map.remove(&c.key),
+                    };
+                }
+                if staged
+                    .newest
+                    .get(&c.key)
+                    .is_some_and(|(n, _)| *n == c.number)
+                {
+                    staged.newest.remove(&c.key);
+                }
+            }
+        }
+        for c in batch.drain(..) {
+            let answer = match &written {
+                Ok(()) => Ok(()),
+                Err(e) => Err(StoreError::Unavailable(e.to_string())),
+            };
+            // The caller may have been cancelled meanwhile; the change stands anyway.
+            let _ = c.reply.send(answer);
+        }
+    }
+}
+
+impl Drop for EmbeddedMeta {
+    fn drop(&mut self) {
+        // Closing the channel lets the writer finish what is staged and exit; waiting for
+        // it means a reopen in the same process finds everything on disk.
+        self.shared.staged.lock().tx = None;
+        if let Some(writer) = self.writer.lock().take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+#[async_trait]
+impl Meta for EmbeddedMeta {
+    async fn put(&self, key: &str, value: Bytes) -> Result<(), StoreError> {
+        self.change(key, Some(value), |_| true).await.map(|_| ())
+    }
+
+    async fn insert_new(&self, key: &str, value: Bytes) -> Result<bool, StoreError> {
+        Ok(self
+            .change(key, Some(value), |v| v.is_none())
+            .await?
+            .is_some())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.shared.map.read().get(key).cloned())
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(self.take(key).await?.is_some())
+    }
+
+    async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.change(key, None, |v| v.is_some()).await?.flatten())
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError> {
+        let map = self.shared.map.read();
+        Ok(map
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn ready(&self) -> bool {
+        !self.shared.failed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    #[tokio::test]
+    async fn changes_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let meta = EmbeddedMeta::open(dir.path()).expect("open");
+            meta.put("seat/a", b("1")).await.expect("put");
+            meta.put("seat/b", b("2")).await.expect("put");
+            meta.put("seat/a", b("3")).await.expect("put");
+            meta.put("code/x", b("4")).await.expect("put");
+            assert!(meta.delete("seat/b").await.expect("delete"));
+            assert!(!meta.delete("seat/b").await.expect("delete"));
+        }
+        let meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+        assert_eq!(meta.get("seat/a").await.expect("get"), Some(b("3")));
+        assert_eq!(meta.get("seat/b").await.expect("get"), None);
+        let scanned = meta.scan("seat/").await.expect("scan");
+        assert_eq!(scanned, vec![("seat/a".to_string(), b("3"))]);
+        assert_eq!(meta.scan("").await.expect("scan").len(), 2);
+        assert!(meta.scan("zzz").await.expect("scan").is_empty());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn insert_new_and_take_are_atomic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = Arc::new(EmbeddedMeta::open(dir.path()).expect("open"));
+        meta.put("code/c", b("once")).await.expect("put");
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let meta = meta.clone();
+            tasks.push(tokio::spawn(async move {
+                let reserved = meta
+                    .insert_new("game/g", b(&i.to_string()))
+                    .await
+                    .expect("insert");
+                let taken = meta.take("code/c").await.expect("take").is_some();
+                (reserved, taken)
+            }));
+        }
+        let (mut reserved, mut taken) = (0, 0);
+        for task in tasks {
+            let (r, t) = task.await.expect("task");
+            reserved += usize::from(r);
+            taken += usize::from(t);
+        }
+        assert_eq!((reserved, taken), (1, 1));
+        assert_eq!(meta.get("code/c").await.expect("get"), None);
+        assert!(!meta.insert_new("game/g", b("again")).await.expect("insert"));
+    }
+
+    #[tokio::test]
+    async fn a_torn_tail_is_cut_and_a_large_log_is_compacted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let meta = EmbeddedMeta::open(dir.path()).expect("open");
+            let big = Bytes::from(vec![7u8; 4096]);
+            for _ in 0..400 {
+                meta.put("k", big.clone()).await.expect("put");
+            }
+            meta.put("last", b("kept")).await.expect("put");
+        }
+        let segment = dir.path().join("meta-00000000.log");
+        let mut data = std::fs::read(&segment).expect("read");
+        data.extend_from_slice(&[99, 0, 0, 0, 1]);
+        std::fs::write(&segment, &data).expect("tear");
+        let meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+        assert_eq!(meta.get("last").await.expect("get"), Some(b("kept")));
+        assert!(
+            !segment.exists(),
+            "the compacted log replaces the old segment"
+        );
+        drop(meta);
+        let meta = EmbeddedMeta::open(dir.path()).expect("reopen compacted");
+        assert_eq!(
+            meta.get("k").await.expect("get").map(|v| v.len()),
+            Some(4096)
+        );
+        assert_eq!(meta.scan("").await.expect("scan").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn concurrent_changes_share_fsyncs_and_are_durable_when_answered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = Arc::new(EmbeddedMeta::open(dir.path()).expect("open"));
+        let before = meta.syncs();
+        // On a current-thread runtime the tasks run only once this one waits, so all of
+        // them stage their change before the writer has answered the first.
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let meta = meta.clone();
+            tasks.spawn(async move {
+                let key = format!("k/{i}");
+                meta.put(&key, b("v")).await.expect("put");
+                // Answered means durable, and so visible.
+                assert_eq!(meta.get(&key).await.expect("get"), Some(b("v")));
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.expect("task");
+        }
+        let syncs = meta.syncs() - before;
+        assert!(
+            (1..=100).contains(&syncs),
+            "200 changes took {syncs} fsyncs"
+        );
+        drop(meta);
+        let meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+        assert_eq!(meta.scan("k/").await.expect("scan").len(), 200);
+    }
+}
