@@ -783,9 +783,10 @@
       board.appendChild(el('ol', { class: 'rounds', 'aria-label': 'Rounds played' }));
     }
     const scores = v.scores || {};
-    setText(board.querySelector('.score'),
-      'Round ' + v.round + ' · first to ' + v.target + ' · X ' + (scores.X || 0) + ' – ' + (scores.O || 0) + ' O');
+    const score = 'X ' + (scores.X || 0) + ' – ' + (scores.O || 0) + ' O';
+    setText(board.querySelector('.score'), over() ? 'Final score · ' + score : 'Round ' + v.round + ' · first to ' + v.target + ' · ' + score);
     const movable = canMove();
+    board.querySelector('.choices').hidden = !mySeat() || over();
     const early = S.pending ? S.pending.move.choice : null;
     const mine = early || myPendingChoice(v);
     for (const b of board.querySelectorAll('.choice')) {
