@@ -316,3 +316,66 @@ fn one_person_has_one_budget_across_the_nodes() {
     // Four games created in all (two through each node), then refused on both nodes.
     assert_eq!(statuses, [201, 201, 201, 201, 429, 429]);
 }
+
+#[test]
+fn rock_paper_scissors_custody_across_nodes() {
+    let redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis), node(&redis)];
+    let all: Vec<&Hub> = nodes.iter().collect();
+    let client = Client::new();
+    await_owners(&client, &all, Duration::from_secs(15));
+    let created = client.post(
+        &nodes[0].url("/v1/inboxes/rps/games"),
+        None,
+        &json!({"protocol": "pipehub:rock-paper-scissors"}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    let paired = client.post(
+        &nodes[1].url("/v1/pair"),
+        None,
+        &json!({"code": created["pairingCode"]}),
+    );
+    assert_eq!(paired.status, 200, "{}", paired.body);
+    let game = created["game"].as_str().unwrap_or_default().to_string();
+    let x = created["token"].as_str().unwrap_or_default().to_string();
+    let o = paired.json()["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let moves = format!("/v1/inboxes/rps/games/{game}/moves");
+    // O chooses early on node 2: held there. X chooses on node 1: committed at once.
+    let held = client.post(&nodes[2].url(&moves), Some(&o), &json!({"choice": "paper"}));
+    assert_eq!(held.status, 202, "{}", held.body);
+    assert_eq!(held.json()["verdict"], json!("held"));
+    let commit = client.post(
+        &nodes[1].url(&moves),
+        Some(&x),
+        &json!({"move": {"choice": "scissors"}}),
+    );
+    assert_eq!(commit.status, 201, "{}", commit.body);
+    // Node 2 commits the choice it holds; the owner reveals both; every node sees it.
+    for hub in &nodes {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let st = client.get(&hub.url(&format!("/v1/inboxes/rps/games/{game}")));
+            if st.json()["seq"].as_u64().unwrap_or(0) >= 4 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no reveals: {}", st.body);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let export = client.get(&nodes[0].url(&format!("/v1/inboxes/rps/games/{game}/export")));
+    let lines: Vec<Value> = export
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON lines"))
+        .collect();
+    assert_eq!(lines[3]["player"], json!("X"));
+    assert_eq!(lines[3]["move"]["choice"], json!("scissors"));
+    assert_eq!(lines[4]["player"], json!("O"));
+    assert_eq!(lines[4]["move"]["choice"], json!("paper"));
+    let (code, out) = pipehub_tests::verify(&[], &export.body);
+    assert_eq!(code, 0, "{out}");
+}
