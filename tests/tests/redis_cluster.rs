@@ -47,12 +47,33 @@ fn three_nodes_play_as_one_hub() {
                 json!({"status": "win", "winner": "X", "by": "line"})
             );
         }
+        // A move after the end is refused alike through every node (two of them hand it
+        // to the shard's owner, which drafts it).
+        let answers: Vec<(u16, String)> = nodes
+            .iter()
+            .map(|n| {
+                let r = client.post(
+                    &n.url(&g.path("/moves")),
+                    Some(&g.o),
+                    &json!({"move": {"row": 2, "col": 2}}),
+                );
+                (r.status, r.error())
+            })
+            .collect();
+        assert!(
+            answers.iter().all(|a| a == &answers[0] && a.0 >= 400),
+            "{answers:?}"
+        );
         // Every capture carries its owner's recorded verdict, whichever node reads it.
         let list = client.get(&nodes[2].url(&format!("/v1/inboxes/lobby/events?game={}", g.game)));
         let items = list.json()["items"].as_array().cloned().unwrap_or_default();
-        assert_eq!(items.len(), 6, "start and five moves: {}", list.body);
+        let accepted = items
+            .iter()
+            .filter(|it| it["verdict"] == "accepted")
+            .count();
+        assert_eq!(accepted, 6, "start and five moves: {}", list.body);
         assert!(
-            items.iter().all(|it| it["verdict"] == "accepted"),
+            items[6..].iter().all(|it| it["reason"] == "after_end"),
             "{}",
             list.body
         );

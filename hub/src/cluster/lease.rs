@@ -283,7 +283,14 @@ impl RedisCluster {
                     if let Some(slot) = last.get_mut(shard) {
                         *slot = id;
                     }
-                    if let [_, inbox, _, game] = fields.as_slice() {
+                    let pairs: Vec<(String, String)> = fields
+                        .chunks(2)
+                        .filter_map(|p| Some((p.first()?.clone(), p.get(1)?.clone())))
+                        .collect();
+                    let field = |n: &str| pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v);
+                    if field("k").is_some_and(|k| k == "w") {
+                        tokio::spawn(super::writes::run(hub.clone(), self.con.clone(), pairs));
+                    } else if let (Some(inbox), Some(game)) = (field("i"), field("g")) {
                         let (hub, inbox, game) = (hub.clone(), inbox.clone(), game.clone());
                         tokio::spawn(async move { hub.kick(&inbox, &game).await });
                     }
@@ -306,6 +313,16 @@ impl Fence for RedisCluster {
 impl Ownership for RedisCluster {
     fn owns(&self, shard: u32) -> bool {
         self.lease_value(shard).is_some()
+    }
+
+    async fn forward_write(
+        &self,
+        shard: u32,
+        target: (&str, &str, games::Seat),
+        mv: Option<&serde_json::Value>,
+        wait: Duration,
+    ) -> Result<(crate::inbox::Capture, String), crate::game::HubError> {
+        super::writes::forward(&self.con, shard, target, mv, wait).await
     }
 
     async fn hand_over(&self, shard: u32, inbox: &str, game: &str) {

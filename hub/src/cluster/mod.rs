@@ -18,17 +18,19 @@
 //! A new owner rebuilds the games it takes over: every resident actor of the shard and
 //! every game with a recent capture that has no recorded verdict is rebuilt from the store,
 //! which records the missing verdicts and writes whatever the hub owes. A node that must
-//! have the owner act for a game it does not own (O paired here, so the hub owes the start)
-//! hands the intent to the owner through the shard's intent stream (`ph:x:{shard}`); the
-//! owner re-reads the game's registration and lets its actor write what is owed.
+//! have the owner act for a game it does not own hands the intent to the owner through the
+//! shard's intent stream (`ph:x:{shard}`): after O paired there, the owner re-reads the
+//! game's registration and lets its actor write the start; for a hub-held seat's move or
+//! resign, the owner drafts it from its own head and appends it ([`writes`]).
 //!
 //! What it deliberately does not do: move shards for load (only for liveness and fair
-//! share), or forward a client's request to the owner: a hub-held seat's move is drafted by
-//! whichever node received it from that node's (followed) head, and a racing or stale
-//! draft is settled by the chain like any other racing writer (`stale_seq`).
+//! share), or forward whole signed events (any node appends those; the inbox sequences
+//! them). A custodial choice held on a non-owner is committed by that node, the only one
+//! that knows it.
 
 pub mod lease;
 pub mod limits;
+pub mod writes;
 
 use std::sync::Arc;
 
@@ -46,6 +48,16 @@ pub trait Ownership: Send + Sync {
     /// Asks `shard`'s owner to look at `inbox|game` again: its registration changed here
     /// and the hub may owe the game an event.
     async fn hand_over(&self, shard: u32, inbox: &str, game: &str);
+
+    /// Hands a hub-held seat's move (`None`: a resign) to `shard`'s owner, which drafts it
+    /// from its head and appends it; the capture and hash of what it appended.
+    async fn forward_write(
+        &self,
+        shard: u32,
+        target: (&str, &str, games::Seat),
+        mv: Option<&serde_json::Value>,
+        wait: std::time::Duration,
+    ) -> Result<(crate::inbox::Capture, String), crate::game::HubError>;
 }
 
 /// A shared handle, as the engine holds it.

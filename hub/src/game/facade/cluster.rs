@@ -7,10 +7,13 @@
 use games::Viewer;
 
 use super::Hub;
-use crate::game::actor::{Kick, Retire, Snapshot};
+use games::Seat;
+
+use crate::game::actor::{DraftMove, Kick, Retire, Snapshot};
 use crate::game::seats::Registration;
-use crate::game::types::SeatAuth;
+use crate::game::types::{Posted, SeatAuth};
 use crate::game::HubError;
+use crate::inbox::Capture;
 
 impl Hub {
     /// True when this hub is one node of a cluster.
@@ -101,6 +104,53 @@ impl Hub {
             return None;
         }
         self.engine.seats.refresh_token(token).await.ok().flatten()
+    }
+
+    /// A hub-held write for a game whose shard another node owns: handed to the owner,
+    /// then awaited here like any post. `None` when this node writes it itself.
+    pub(super) async fn forward_write(
+        &self,
+        auth: &SeatAuth,
+        mv: Option<&serde_json::Value>,
+    ) -> Result<Option<Posted>, HubError> {
+        let Some(cluster) = &self.engine.config.cluster else {
+            return Ok(None);
+        };
+        let shard = self.engine.inbox.shard_of(&auth.inbox, &auth.game);
+        if cluster.owns(shard) {
+            return Ok(None);
+        }
+        let wait = self.engine.config.verdict_wait;
+        let target = (auth.inbox.as_str(), auth.game.as_str(), auth.seat);
+        let (capture, hash) = cluster.forward_write(shard, target, mv, wait).await?;
+        Ok(Some(
+            self.await_verdict(capture, || hash, Some(auth.seat)).await,
+        ))
+    }
+
+    /// Runs a write intent handed over by another node: drafts the seat's move (`None`: a
+    /// resign) from this owner's head and appends it.
+    pub async fn write_intent(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Seat,
+        mv: Option<serde_json::Value>,
+    ) -> Result<(Capture, String), HubError> {
+        if let Err(e) = self.engine.seats.refresh(inbox, game).await {
+            tracing::warn!(error = %e, "write intent: registration not refreshed");
+        }
+        let draft = self
+            .engine
+            .ask(inbox, game, DraftMove { seat, mv })
+            .await??;
+        let hash = draft.prepared.hash.clone();
+        let capture = self
+            .engine
+            .inbox
+            .append(inbox, game, Some(seat), draft.raw)
+            .await?;
+        Ok((capture, hash))
     }
 
     /// After O paired here: in a cluster, the shard's owner is told, since it writes the

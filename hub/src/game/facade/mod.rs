@@ -432,6 +432,9 @@ impl Hub {
     /// Writes a move (or a resign, `None`) for a hub-held seat.
     async fn write_for(&self, auth: &SeatAuth, mv: Option<Value>) -> Result<Posted, HubError> {
         self.check_capture_cap(&auth.inbox, &auth.game).await?;
+        if let Some(posted) = self.forward_write(auth, mv.as_ref()).await? {
+            return Ok(posted);
+        }
         let msg = DraftMove {
             seat: auth.seat,
             mv,
