@@ -25,7 +25,8 @@
 //!
 //! What it deliberately does not do: move shards for load (only for liveness and fair
 //! share), or forward whole signed events (any node appends those; the inbox sequences
-//! them). A custodial choice held on a non-owner is committed by that node, the only one
+//! them, and the receiving node answers with the verdict its own follower reaches, the
+//! one the owner records). A custodial choice held on a non-owner is committed by that node, the only one
 //! that knows it.
 
 pub mod lease;
