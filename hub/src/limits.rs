@@ -235,9 +235,19 @@ impl<C: Clock> std::fmt::Debug for EventLimiter<C> {
     }
 }
 
+/// The budget of failed pairing attempts shared by several hub nodes (Redis, see
+/// [`crate::cluster::limits`]): asked before an attempt, charged when it failed.
+#[async_trait::async_trait]
+pub trait SharedFailures: Send + Sync {
+    async fn check(
+        &self,
+        addr: IpAddr,
+    ) -> Result<Result<(), RateLimited>, crate::inbox::StoreError>;
+    async fn failed(&self, addr: IpAddr) -> Result<(), crate::inbox::StoreError>;
+}
+
 /// The budget of failed pairing attempts per client address: a GCRA that can be asked
 /// before an attempt and charged only when it fails.
-#[derive(Debug)]
 pub struct PairingLimiter {
     /// Time between two tokens.
     interval: Duration,
@@ -245,6 +255,16 @@ pub struct PairingLimiter {
     tolerance: Duration,
     /// Theoretical arrival time per address.
     tat: DashMap<IpAddr, Instant>,
+    shared: Option<std::sync::Arc<dyn SharedFailures>>,
+}
+
+impl std::fmt::Debug for PairingLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PairingLimiter")
+            .field("addresses", &self.tat.len())
+            .field("shared", &self.shared.is_some())
+            .finish()
+    }
 }
 
 impl PairingLimiter {
@@ -254,7 +274,37 @@ impl PairingLimiter {
             interval,
             tolerance: interval * (spec.count.get() - 1),
             tat: DashMap::new(),
+            shared: None,
         }
+    }
+
+    /// Keeps the budget in the cluster's shared store from now on (this node's own budget
+    /// decides only while the shared store cannot answer).
+    pub fn with_shared(mut self, shared: std::sync::Arc<dyn SharedFailures>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// [`PairingLimiter::check`], against the shared budget in a cluster.
+    pub async fn check_any(&self, addr: IpAddr, now: Instant) -> Result<(), RateLimited> {
+        if let Some(shared) = &self.shared {
+            match shared.check(addr).await {
+                Ok(decided) => return decided,
+                Err(e) => tracing::debug!(error = %e, "shared pairing limit unavailable"),
+            }
+        }
+        self.check(addr, now)
+    }
+
+    /// [`PairingLimiter::failed`], against the shared budget in a cluster.
+    pub async fn failed_any(&self, addr: IpAddr, now: Instant) {
+        if let Some(shared) = &self.shared {
+            match shared.failed(addr).await {
+                Ok(()) => return,
+                Err(e) => tracing::debug!(error = %e, "shared pairing limit unavailable"),
+            }
+        }
+        self.failed(addr, now)
     }
 
     /// May `addr` try a code at `now`?

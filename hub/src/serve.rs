@@ -97,7 +97,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let rooms = Arc::new(HubRooms::new(ws_rooms.clone()));
     let hub = Hub::open(hub_config, inbox.clone(), meta, metrics.clone(), rooms).await?;
     let mut events = EventLimiter::new(config.rate_limit);
+    let mut pairing = PairingLimiter::new(config.pairing_limit);
     if let Some(c) = &cluster {
+        pairing = pairing.with_shared(Arc::new(crate::cluster::limits::RedisBudget::new(
+            c.connection(),
+            config.pairing_limit,
+        )));
         // Every node charges the same buckets in Redis.
         events = events.with_shared(Arc::new(crate::cluster::limits::RedisBudget::new(
             c.connection(),
@@ -113,7 +118,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let state = http::AppState {
         hub: hub.clone(),
         events: Arc::new(events),
-        pairing: Arc::new(PairingLimiter::new(config.pairing_limit)),
+        pairing: Arc::new(pairing),
         metrics: metrics.clone(),
         trusted_proxies: Arc::new(config.trusted_proxies.clone()),
         registry: Arc::new(registry),

@@ -400,3 +400,24 @@ fn rock_paper_scissors_custody_across_nodes() {
     let (code, out) = pipehub_tests::verify(&[], &export.body);
     assert_eq!(code, 0, "{out}");
 }
+
+#[test]
+fn failed_pairing_attempts_share_one_budget_across_the_nodes() {
+    let redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis)];
+    let client = Client::new();
+    let statuses: Vec<u16> = (0..12)
+        .map(|i| {
+            client
+                .post(
+                    &nodes[i % 2].url("/v1/pair"),
+                    None,
+                    &json!({"code": "ZZZZZZZZ"}),
+                )
+                .status
+        })
+        .collect();
+    // Ten failures a minute per address, counted across both nodes.
+    assert_eq!(statuses[..10], [404; 10], "{statuses:?}");
+    assert_eq!(statuses[10..], [429, 429], "{statuses:?}");
+}

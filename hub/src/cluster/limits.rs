@@ -8,6 +8,9 @@
 //! (`TIME`), so nodes with skewed clocks still agree. Keys expire once the bucket is full
 //! again, so idle people cost nothing.
 //!
+//! The budget of failed pairing attempts per address (10 a minute) is the same script in
+//! two steps: peek before an attempt, spend after a failed one.
+//!
 //! What it deliberately does not do: decide what counts (the callers charge, as on a single
 //! hub), or fail closed: when Redis cannot answer, the node's own bucket decides (the
 //! request will meet a 503 from the store right after anyway).
@@ -18,17 +21,23 @@ use redis::Script;
 
 use crate::inbox::redis::unavailable;
 use crate::inbox::StoreError;
-use crate::limits::{Person, RateLimited, RateSpec, SharedBudget};
+use std::net::IpAddr;
 
+use crate::limits::{Person, RateLimited, RateSpec, SharedBudget, SharedFailures};
+
+/// ARGV[3] is the mode: `charge` (refuse or spend, the event budget), `peek` (refuse or
+/// not, spend nothing) or `spend` (spend whatever, a failed pairing attempt).
 const GCRA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local interval = tonumber(ARGV[1])
 local tolerance = tonumber(ARGV[2])
+local mode = ARGV[3]
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
 local allowed_at = tat - tolerance
-if allowed_at > now then return allowed_at - now end
+if mode ~= 'spend' and allowed_at > now then return allowed_at - now end
+if mode == 'peek' then return 0 end
 local new = tat + interval
 redis.call('SET', KEYS[1], new, 'PX', new - now + 1000)
 return 0
@@ -62,15 +71,15 @@ fn key(person: &Person) -> String {
     }
 }
 
-#[async_trait]
-impl SharedBudget for RedisBudget {
-    async fn charge(&self, person: &Person) -> Result<Result<(), RateLimited>, StoreError> {
+impl RedisBudget {
+    async fn run(&self, key: String, mode: &str) -> Result<Result<(), RateLimited>, StoreError> {
         let mut con = self.con.clone();
         let wait_ms: u64 = self
             .script
-            .key(key(person))
+            .key(key)
             .arg(self.interval_ms)
             .arg(self.tolerance_ms)
+            .arg(mode)
             .invoke_async(&mut con)
             .await
             .map_err(unavailable)?;
@@ -81,5 +90,28 @@ impl SharedBudget for RedisBudget {
                 wait_ms,
             ))))
         }
+    }
+}
+
+#[async_trait]
+impl SharedBudget for RedisBudget {
+    async fn charge(&self, person: &Person) -> Result<Result<(), RateLimited>, StoreError> {
+        self.run(key(person), "charge").await
+    }
+}
+
+/// The key of an address's failed pairing attempts.
+fn pairing_key(addr: IpAddr) -> String {
+    format!("ph:rl:p:{addr}")
+}
+
+#[async_trait]
+impl SharedFailures for RedisBudget {
+    async fn check(&self, addr: IpAddr) -> Result<Result<(), RateLimited>, StoreError> {
+        self.run(pairing_key(addr), "peek").await
+    }
+
+    async fn failed(&self, addr: IpAddr) -> Result<(), StoreError> {
+        self.run(pairing_key(addr), "spend").await.map(|_| ())
     }
 }

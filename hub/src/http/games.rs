@@ -126,7 +126,8 @@ pub async fn pair(
     let address = extract::address(&state, &req);
     state
         .pairing
-        .check(address, Instant::now())
+        .check_any(address, Instant::now())
+        .await
         .map_err(|limited| {
             state
                 .metrics
@@ -147,7 +148,7 @@ pub async fn pair(
                 _ => None,
             };
             if let Some(why) = failed {
-                state.pairing.failed(address, Instant::now());
+                state.pairing.failed_any(address, Instant::now()).await;
                 state
                     .metrics
                     .pairing_failures
