@@ -7,9 +7,13 @@
 //! any posted event: the hub gets no shortcut past its own referee. A second writer racing
 //! it (the seat's own other tab, say) simply gets `stale_seq`.
 //!
+//! Keys are derived from the hub secret. A game's actor keeps the two it has derived
+//! ([`SeatKeys`]) for as long as it lives: deriving one (HKDF, then the Ed25519 public
+//! point) cost more than the signature it is for, on every hub-held move.
+//!
 //! What it deliberately does not do: decide *whether* the hub may write for a seat (the
-//! facade and the actor check that against the registration), or keep any key: keys are
-//! derived on use from the hub secret and dropped.
+//! facade and the actor check that against the registration), or keep keys anywhere but
+//! in the game's actor (they are dropped, and wiped, with it).
 
 use bytes::Bytes;
 use games::verify::Prepared;
@@ -27,12 +31,38 @@ pub struct Draft {
     pub seat: Seat,
 }
 
+/// A game's hub-held signing keys, each derived on first use.
+#[derive(Default)]
+pub struct SeatKeys([Option<crypto::SecretKey>; 2]);
+
+impl SeatKeys {
+    /// `seat`'s key in `inbox`/`game`, derived from `secret` the first time.
+    pub fn get(
+        &mut self,
+        secret: &[u8],
+        inbox: &str,
+        game: &str,
+        seat: Seat,
+    ) -> &crypto::SecretKey {
+        let slot = &mut self.0[match seat {
+            Seat::X => 0,
+            Seat::O => 1,
+        }];
+        slot.get_or_insert_with(|| crypto::seat_key(secret, inbox, game, seat))
+    }
+}
+
 /// Signs `event` with `seat`'s hub-held key when `signed`, and serializes it.
-pub fn finish(secret: &[u8], inbox: &str, mut event: Event, signed: bool) -> Draft {
+pub fn finish(secret: &[u8], inbox: &str, event: Event, signed: bool) -> Draft {
+    let key = signed.then(|| crypto::seat_key(secret, inbox, &event.game, event.player));
+    finish_with(key.as_ref(), event)
+}
+
+/// Signs `event` with `key` (the event's player's, for a signed game), and serializes it.
+pub fn finish_with(key: Option<&crypto::SecretKey>, mut event: Event) -> Draft {
     let prepared = Prepared::of(&event);
-    if signed {
-        let key = crypto::seat_key(secret, inbox, &event.game, event.player);
-        event.sig = Some(crypto::sign(&key, &prepared.canonical));
+    if let Some(key) = key {
+        event.sig = Some(crypto::sign(key, &prepared.canonical));
     }
     let raw = Bytes::from(event.to_json());
     let seat = event.player;

@@ -66,12 +66,8 @@ impl Handler<DraftMove> for GameActor {
             return Err(HubError::NotStarted);
         };
         let event = writer::next_event(&self.game, seq, head, msg.seat, msg.mv);
-        Ok(writer::finish(
-            &self.engine.config.secret,
-            &self.inbox,
-            event,
-            self.chain.signed(),
-        ))
+        let signed = self.chain.signed();
+        Ok(self.draft(event, signed))
     }
 }
 
@@ -139,12 +135,8 @@ impl Handler<Choose> for GameActor {
         if let Some((seq, head)) = commit_at {
             let mv = self.custodian().commit_move(msg.seat, seq + 1, msg.choice);
             let event = writer::next_event(&self.game, seq, &head, msg.seat, Some(mv));
-            let draft = writer::finish(
-                &self.engine.config.secret,
-                &self.inbox,
-                event,
-                self.chain.signed(),
-            );
+            let signed = self.chain.signed();
+            let draft = self.draft(event, signed);
             self.choice[s] = Some(msg.choice);
             return Ok(Chosen::Commit(Box::new(draft)));
         }

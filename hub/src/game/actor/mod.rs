@@ -72,6 +72,8 @@ pub struct GameActor {
     held: [bool; 2],
     /// Per seat: a held choice was lost to a restart.
     lost: [bool; 2],
+    /// The hub-held seats' signing keys, derived once per actor life.
+    keys: writer::SeatKeys,
     /// The hash of an event the hub is writing on its own and has not seen adjudicated.
     writing: Option<String>,
     write_failures: u32,
@@ -93,6 +95,7 @@ impl GameActor {
             choice: [None, None],
             held: [false, false],
             lost: [false, false],
+            keys: writer::SeatKeys::default(),
             writing: None,
             write_failures: 0,
             start_waiters: Vec::new(),
@@ -440,10 +443,22 @@ impl GameActor {
                 _ => continue,
             };
             let event = writer::next_event(&self.game, seq, head, seat, Some(mv));
-            let draft = writer::finish(secret, &self.inbox, event, self.chain.signed());
+            let signed = self.chain.signed();
+            let draft = self.draft(event, signed);
             self.spawn_write(draft, ctx);
             return;
         }
+    }
+
+    /// An event the hub writes for a seat, signed with that seat's key when `signed`.
+    fn draft(&mut self, event: Event, signed: bool) -> Draft {
+        let key = if signed {
+            let secret = &self.engine.config.secret;
+            Some(self.keys.get(secret, &self.inbox, &self.game, event.player))
+        } else {
+            None
+        };
+        writer::finish_with(key, event)
     }
 
     fn spawn_write(&mut self, draft: Draft, ctx: &mut Context<Self>) {
