@@ -54,6 +54,7 @@ const SEGMENT_BYTES: u64 = 256 << 20;
 /// Requests waiting for the writer; appenders wait for room beyond this (backpressure).
 const QUEUE: usize = 16 * 1024;
 const HEADER_FILE: &str = "HEADER";
+const LOCK_FILE: &str = "LOCK";
 const HEADER_MAGIC: &str = "pipehub-inbox 1";
 
 /// What the store found at open.
@@ -73,6 +74,9 @@ pub struct EmbeddedInbox {
     tx: mpsc::Sender<Request>,
     writer: Mutex<Option<JoinHandle<()>>>,
     report: OpenReport,
+    /// An exclusive lock on `dir/LOCK`, held while the store is open: two hubs writing one
+    /// directory would interleave their logs, so the second one refuses to start.
+    _lock: fs::File,
 }
 
 impl EmbeddedInbox {
@@ -82,6 +86,7 @@ impl EmbeddedInbox {
     pub fn open(dir: &Path, shards: u32) -> Result<EmbeddedInbox, StoreError> {
         let started = Instant::now();
         fs::create_dir_all(dir)?;
+        let lock = lock_dir(dir)?;
         let shards = read_or_write_header(dir, shards)?;
         let mut index = Index::new(shards);
         let mut events = 0u64;
@@ -129,6 +134,7 @@ impl EmbeddedInbox {
             tx,
             writer: Mutex::new(Some(writer)),
             report,
+            _lock: lock,
         })
     }
 
@@ -185,6 +191,28 @@ fn replay(
         }
     }
     Ok(())
+}
+
+/// Takes the directory's lock, or says which directory is in use.
+fn lock_dir(dir: &Path) -> Result<fs::File, StoreError> {
+    let path = dir.join(LOCK_FILE);
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(StoreError::Io(std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            format!(
+                "the data directory {} is in use by another process (it holds {})",
+                dir.display(),
+                path.display()
+            ),
+        ))),
+        Err(fs::TryLockError::Error(e)) => Err(StoreError::Io(e)),
+    }
 }
 
 fn read_or_write_header(dir: &Path, shards: u32) -> Result<u32, StoreError> {

@@ -356,6 +356,22 @@ async fn a_new_store_keeps_its_shard_count() {
     assert!(EmbeddedInbox::open(empty.path(), 0).is_err());
 }
 
+#[tokio::test]
+async fn a_second_hub_on_one_directory_is_refused_until_the_first_closes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = open(dir.path());
+    let refused = EmbeddedInbox::open(dir.path(), 4)
+        .err()
+        .expect("second open refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("in use") && message.contains(&dir.path().display().to_string()),
+        "{message}"
+    );
+    drop(first);
+    open(dir.path());
+}
+
 const CHILD_DIR: &str = "PIPEHUB_INBOX_TEST_CHILD_DIR";
 
 /// Runs in two roles. As the parent it starts this same test in a child process, which

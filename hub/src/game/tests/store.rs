@@ -6,7 +6,20 @@ use crate::inbox::embedded::EmbeddedInbox;
 use crate::meta::EmbeddedMeta;
 
 fn stores(dir: &std::path::Path) -> (Arc<dyn Inbox>, Arc<dyn Meta>) {
-    let inbox = EmbeddedInbox::open(dir, 4).expect("inbox opens");
+    // The store locks its directory while it is open. After `Hub::shutdown` the last
+    // actor threads may still hold the old store for a moment, so a reopen in the same
+    // process waits (boundedly) for them to let go, as a restarted process would not need to.
+    let mut tries = 0;
+    let inbox = loop {
+        match EmbeddedInbox::open(dir, 4) {
+            Ok(inbox) => break inbox,
+            Err(e) if tries < 100 && e.to_string().contains("in use") => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("inbox opens: {e}"),
+        }
+    };
     let meta = EmbeddedMeta::open(dir).expect("meta opens");
     (Arc::new(inbox), Arc::new(meta))
 }
