@@ -121,6 +121,10 @@ fn two_writers_racing_for_one_seq_get_one_acceptance_and_one_stale_seq() {
     assert_eq!(results[0].status, 201, "{}", results[0].body);
     assert_eq!(results[1].status, 422, "{}", results[1].body);
     assert_eq!(results[1].error(), "stale_seq");
+    let rejected = results[1].json();
+    for key in ["error", "detail", "capture", "state"] {
+        assert!(rejected.get(key).is_some(), "422 without {key}: {rejected}");
+    }
     // The loser's capture is kept, with its verdict.
     assert_eq!(inbox_events(&hub, &c, "race").len(), 3);
 

@@ -25,8 +25,11 @@ pub struct PostedBody {
     /// The refereed reason of a rejection (422), e.g. `stale_seq`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The refusal's detail. Present (null when there is none) whenever `error` is, so a
+    /// 422 always has the `{"error", "detail"}` shape of every other error.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub detail: Option<Option<String>>,
     /// The capture (`shard:pos`, opaque); null for a held choice.
     pub capture: Option<String>,
     /// The event's hash; null for a held choice.
@@ -46,10 +49,16 @@ pub struct PostedBody {
 pub fn posted_response(posted: Posted) -> HttpResponse {
     let status = StatusCode::from_u16(posted.verdict.status()).unwrap_or(StatusCode::ACCEPTED);
     let (error, detail, reason) = match (&posted.refusal, posted.verdict) {
-        (Some(r), crate::game::Verdict::Rejected) => {
-            (Some(r.reason.code().to_string()), r.detail.clone(), None)
-        }
-        (Some(r), _) => (None, r.detail.clone(), Some(r.reason.code().to_string())),
+        (Some(r), crate::game::Verdict::Rejected) => (
+            Some(r.reason.code().to_string()),
+            Some(r.detail.clone()),
+            None,
+        ),
+        (Some(r), _) => (
+            None,
+            r.detail.clone().map(Some),
+            Some(r.reason.code().to_string()),
+        ),
         (None, _) => (None, None, None),
     };
     HttpResponse::build(status).json(PostedBody {
