@@ -2,15 +2,16 @@
 //! real MCP client nobody here wrote: the official MCP Python SDK (see `mcp_support`).
 //!
 //! One run plays tic-tac-toe, connect-four and rock-paper-scissors to a win, and a
-//! tic-tac-toe game that O resigns after a refused move; both tests below look at that one
-//! run. The first checks the games as both seats saw them and what the hub exported; the
-//! second scans every tool result and every log line of it for the agents' secrets: seat
-//! keys, seat tokens and every rock-paper-scissors nonce the agents could have derived.
+//! tic-tac-toe game that O resigns after a refused move; the test looks at that one run
+//! twice. First it checks the games as both seats saw them and what the hub exported; then
+//! it scans every tool result and every log line of it for the agents' secrets: seat keys,
+//! seat tokens and every rock-paper-scissors nonce the agents could have derived. (One
+//! test rather than two sharing a static: a static is never dropped, so the hub it holds
+//! would outlive the test process.)
 
 mod mcp_support;
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use games::Seat;
@@ -25,27 +26,31 @@ struct Played {
     _work: tempfile::TempDir,
 }
 
-/// The one shared run (the tests of this file run in parallel and wait for it).
-fn played() -> &'static Played {
-    static PLAYED: OnceLock<Played> = OnceLock::new();
-    PLAYED.get_or_init(|| {
-        let hub = Hub::start(&[]);
-        let work = tempfile::tempdir().expect("a temporary directory");
-        let states = [work.path().join("agent-x"), work.path().join("agent-o")];
-        let run = drive(
-            "play",
-            &hub.base,
-            &[&states[0], &states[1]],
-            work.path(),
-            Duration::from_secs(240),
-        );
-        Played {
-            hub,
-            run,
-            states,
-            _work: work,
-        }
-    })
+/// Plays the one run.
+fn play() -> Played {
+    let hub = Hub::start(&[]);
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let states = [work.path().join("agent-x"), work.path().join("agent-o")];
+    let run = drive(
+        "play",
+        &hub.base,
+        &[&states[0], &states[1]],
+        work.path(),
+        Duration::from_secs(240),
+    );
+    Played {
+        hub,
+        run,
+        states,
+        _work: work,
+    }
+}
+
+#[test]
+fn two_agents_play_every_protocol_and_no_secret_leaks() {
+    let played = play();
+    every_protocol_played_to_the_end(&played);
+    no_key_token_or_nonce_in_any_tool_result_or_log(&played);
 }
 
 fn result(state: &Value) -> (String, String, String) {
@@ -54,9 +59,7 @@ fn result(state: &Value) -> (String, String, String) {
     (s(&r["status"]), s(&r["winner"]), s(&r["by"]))
 }
 
-#[test]
-fn two_agents_play_every_protocol_to_the_end() {
-    let p = played();
+fn every_protocol_played_to_the_end(p: &Played) {
     let summary = &p.run.summary;
     let expected = [
         ("tic-tac-toe", "pipehub:tic-tac-toe", "line"),
@@ -148,9 +151,7 @@ fn two_agents_play_every_protocol_to_the_end() {
     }
 }
 
-#[test]
-fn no_key_token_or_nonce_in_any_tool_result_or_log() {
-    let p = played();
+fn no_key_token_or_nonce_in_any_tool_result_or_log(p: &Played) {
     let haystack = format!("{}\n{}", p.run.transcript, p.hub.log());
     let mut secrets = Vec::new();
     for state in &p.states {
