@@ -327,15 +327,29 @@ pub struct Seated {
 impl Seated {
     /// Creates a game of `protocol` in `inbox` and pairs it.
     pub fn new(hub: &Hub, client: &Client, inbox: &str, protocol: &str) -> Seated {
-        let created = client.post(
-            &hub.url(&format!("/v1/inboxes/{inbox}/games")),
-            None,
+        Seated::create_and_pair(
+            client,
+            hub,
+            hub,
+            inbox,
             &serde_json::json!({ "protocol": protocol }),
-        );
+        )
+    }
+
+    /// Creates a game with the create body `body` on `host` and pairs it through `guest`
+    /// (another hub node, or the same hub).
+    pub fn create_and_pair(
+        client: &Client,
+        host: &Hub,
+        guest: &Hub,
+        inbox: &str,
+        body: &Value,
+    ) -> Seated {
+        let created = client.post(&host.url(&format!("/v1/inboxes/{inbox}/games")), None, body);
         assert_eq!(created.status, 201, "create: {}", created.body);
         let created = created.json();
         let paired = client.post(
-            &hub.url("/v1/pair"),
+            &guest.url("/v1/pair"),
             None,
             &serde_json::json!({ "code": created["pairingCode"] }),
         );

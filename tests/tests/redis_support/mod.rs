@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pipehub_tests::{Client, Hub};
+use pipehub_tests::{Client, Hub, Seated};
 use serde_json::{json, Value};
 
 /// The secret every node of a test cluster shares.
@@ -193,25 +193,13 @@ pub struct Game {
 
 impl Game {
     pub fn new(client: &Client, host: &Hub, guest: &Hub, inbox: &str) -> Game {
-        let created = client.post(
-            &host.url(&format!("/v1/inboxes/{inbox}/games")),
-            None,
-            &json!({"protocol": "pipehub:tic-tac-toe"}),
-        );
-        assert_eq!(created.status, 201, "create: {}", created.body);
-        let created = created.json();
-        let paired = client.post(
-            &guest.url("/v1/pair"),
-            None,
-            &json!({"code": created["pairingCode"]}),
-        );
-        assert_eq!(paired.status, 200, "pair: {}", paired.body);
-        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let body = json!({"protocol": "pipehub:tic-tac-toe"});
+        let s = Seated::create_and_pair(client, host, guest, inbox, &body);
         Game {
-            inbox: inbox.to_string(),
-            game: text(&created["game"]),
-            x: text(&created["token"]),
-            o: text(&paired.json()["token"]),
+            inbox: s.inbox,
+            game: s.game,
+            x: s.x,
+            o: s.o,
         }
     }
 

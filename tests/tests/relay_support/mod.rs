@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use pipehub_tests::{Client, Hub};
+use pipehub_tests::{Client, Hub, Seated};
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -33,21 +33,12 @@ pub struct Game {
 impl Game {
     /// Creates a game with the given create body in `inbox` and pairs it.
     pub fn new(hub: &Hub, client: &Client, inbox: &str, body: Value) -> Game {
-        let created = client.post(&hub.url(&format!("/v1/inboxes/{inbox}/games")), None, &body);
-        assert_eq!(created.status, 201, "create: {}", created.body);
-        let created = created.json();
-        let paired = client.post(
-            &hub.url("/v1/pair"),
-            None,
-            &json!({ "code": created["pairingCode"] }),
-        );
-        assert_eq!(paired.status, 200, "pair: {}", paired.body);
-        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let s = Seated::create_and_pair(client, hub, hub, inbox, &body);
         Game {
-            inbox: inbox.to_string(),
-            game: text(&created["game"]),
-            x: text(&created["token"]),
-            o: text(&paired.json()["token"]),
+            inbox: s.inbox,
+            game: s.game,
+            x: s.x,
+            o: s.o,
         }
     }
 
