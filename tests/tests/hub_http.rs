@@ -80,6 +80,24 @@ fn a_whole_conversation_ends_in_a_win_both_seats_see_and_verify_accepts() {
     assert!(games["items"]
         .as_array()
         .is_some_and(|items| items.iter().any(|i| i["game"] == g.game.as_str())));
+    // A page at a time: `next` goes back as `after`, and a cursor that is none is a 400.
+    let newer = c.post(
+        &hub.url("/v1/inboxes/lobby/events"),
+        None,
+        &start_event("newer"),
+    );
+    assert_eq!(newer.status, 201, "{}", newer.body);
+    let first = c.get(&hub.url("/v1/inboxes/lobby/games?limit=1")).json();
+    assert_eq!(first["items"][0]["game"], "newer");
+    let next = first["next"].as_str().expect("a next page").to_string();
+    let second = c
+        .get(&hub.url(&format!("/v1/inboxes/lobby/games?limit=1&after={next}")))
+        .json();
+    assert_eq!(second["items"][0]["game"], g.game.as_str());
+    assert_eq!(second["next"], Value::Null, "the last page");
+    let bad = c.get(&hub.url("/v1/inboxes/lobby/games?after=bogus"));
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["error"], "bad_request");
 }
 
 fn start_event(game: &str) -> Value {

@@ -127,4 +127,11 @@ fn print_plain(config: &Config, o: &Outcome) {
         (Some(end), None) => println!("hub rss   {:.1} MiB with the games open", mib(end)),
         _ => println!("hub rss   unknown"),
     }
+    if let (Some(seated), Some(before)) = (r.hub_rss_seated_bytes, o.rss_before) {
+        println!(
+            "          {:.1} MiB once the games were seated, before any move ({:.1} KiB more per open game)",
+            mib(seated),
+            (seated.saturating_sub(before)) as f64 / 1024.0 / r.games.max(1) as f64
+        );
+    }
 }

@@ -145,18 +145,25 @@ impl Inbox for MemInbox {
         Ok(Page { items, next })
     }
 
-    async fn games(&self, inbox: &str, limit: usize) -> Result<Vec<GameEntry>, StoreError> {
+    async fn games(
+        &self,
+        inbox: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<GameEntry>, StoreError> {
         let mut games: Vec<GameEntry> = Vec::new();
         for r in self.all().into_iter().filter(|r| r.inbox == inbox) {
             match games.iter_mut().find(|g| g.game == r.game) {
                 Some(g) => g.captures += 1,
                 None => games.push(GameEntry {
                     game: r.game.clone(),
+                    order: games.len() as u64,
                     first: r.capture,
                     captures: 1,
                 }),
             }
         }
+        games.retain(|g| before.is_none_or(|b| g.order < b));
         games.reverse();
         games.truncate(limit);
         Ok(games)

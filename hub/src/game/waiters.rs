@@ -65,6 +65,19 @@ impl Waiters {
         }
     }
 
+    /// Like [`Waiters::resolve`], but leaves nothing behind when nobody waits yet: for an
+    /// event the hub wrote on its own, which has no poster (should a client have posted
+    /// the very same event and not be waiting yet, it answers `pending` and reads the
+    /// verdict later, as after any lost wait).
+    pub fn resolve_if_waiting(&self, capture: Capture, outcome: Outcome) {
+        if let Some((_, Slot::Waiting(tx))) = self
+            .slots
+            .remove_if(&capture, |_, s| matches!(s, Slot::Waiting(_)))
+        {
+            let _ = tx.send(outcome);
+        }
+    }
+
     /// Waits up to `wait` for the outcome of `capture`; `None` when none came in time.
     pub async fn wait(&self, capture: Capture, wait: Duration) -> Option<Outcome> {
         let rx = match self.slots.entry(capture) {
@@ -154,6 +167,22 @@ mod tests {
     async fn no_verdict_in_time_is_none_and_leaves_nothing() {
         let w = Waiters::default();
         assert!(w.wait(C, Duration::from_millis(20)).await.is_none());
+        assert!(w.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_outcome_without_a_poster_is_not_kept_when_asked_not_to() {
+        let w = Arc::new(Waiters::default());
+        w.resolve_if_waiting(C, outcome(Verdict::Accepted));
+        assert!(w.is_empty(), "nobody waits: nothing is left behind");
+        let w2 = w.clone();
+        let poster = tokio::spawn(async move { w2.wait(C, Duration::from_secs(5)).await });
+        while w.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        w.resolve_if_waiting(C, outcome(Verdict::Accepted));
+        let got = poster.await.expect("poster task");
+        assert_eq!(got.map(|o| o.verdict), Some(Verdict::Accepted));
         assert!(w.is_empty());
     }
 

@@ -50,15 +50,17 @@ pub struct PairBody {
 pub struct GamesQuery {
     /// `waiting`, `paired` or `started`.
     pub phase: Option<String>,
+    /// The `next` cursor of the previous page.
+    pub after: Option<String>,
     /// At most this many (default 100, at most 1000).
     pub limit: Option<usize>,
 }
 
-/// Games of an inbox, newest first.
+/// Games of an inbox, newest first, a page at a time.
 #[utoipa::path(get, path = "/v1/inboxes/{inbox}/games", tag = "games",
     params(("inbox" = String, Path, description = "inbox name"), GamesQuery),
     responses((status = 200, description = "`{items: [{game, protocol, phase, result}], next}`", body = Object),
-              (status = 400, description = "a bad phase or limit", body = ErrorBody)))]
+              (status = 400, description = "a bad phase, cursor or limit", body = ErrorBody)))]
 pub async fn list_games(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -75,7 +77,11 @@ pub async fn list_games(
         ),
     };
     let limit = q.limit.unwrap_or(PAGE_DEFAULT).clamp(1, PAGE_MAX);
-    Ok(HttpResponse::Ok().json(state.hub.games(&inbox, phase, limit).await?))
+    let listing = state
+        .hub
+        .games(&inbox, phase, q.after.as_deref(), limit)
+        .await?;
+    Ok(HttpResponse::Ok().json(listing))
 }
 
 /// Create a seated game: seat X, reserve the id, get a pairing code.

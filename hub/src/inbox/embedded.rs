@@ -365,8 +365,13 @@ impl Inbox for EmbeddedInbox {
         })
     }
 
-    async fn games(&self, inbox: &str, limit: usize) -> Result<Vec<GameEntry>, StoreError> {
-        Ok(self.shared.index.read().games(inbox, limit))
+    async fn games(
+        &self,
+        inbox: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<GameEntry>, StoreError> {
+        Ok(self.shared.index.read().games(inbox, before, limit))
     }
 
     async fn get(&self, inbox: &str, capture: Capture) -> Result<Option<Listed>, StoreError> {

@@ -198,7 +198,7 @@ async fn shards_read_in_order_and_indexes_split_games_and_inboxes() {
         .await
         .expect("records")
         .is_empty());
-    let games = inbox.games("a", 100).await.expect("games");
+    let games = inbox.games("a", None, 100).await.expect("games");
     assert_eq!(games.len(), 7);
     // g0 appeared first in inbox "a" (i = 0), so it is listed last.
     assert_eq!(games.last().map(|g| g.game.as_str()), Some("g0"));

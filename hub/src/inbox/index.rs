@@ -225,20 +225,25 @@ impl Index {
             .collect()
     }
 
-    /// The games of an inbox, newest first.
-    pub fn games(&self, inbox: &str, limit: usize) -> Vec<GameEntry> {
+    /// The games of an inbox, newest first; with `before`, those listed before that
+    /// place in the inbox's list.
+    pub fn games(&self, inbox: &str, before: Option<u64>, limit: usize) -> Vec<GameEntry> {
         let Some(entry) = self.inboxes.get(inbox) else {
             return Vec::new();
         };
-        entry
-            .game_order
+        let end = before.map_or(entry.game_order.len(), |b| {
+            (b.min(entry.game_order.len() as u64)) as usize
+        });
+        entry.game_order[..end]
             .iter()
+            .enumerate()
             .rev()
             .take(limit)
-            .filter_map(|game| {
+            .filter_map(|(order, game)| {
                 let captures = entry.games.get(game)?;
                 Some(GameEntry {
                     game: game.clone(),
+                    order: order as u64,
                     first: *captures.first()?,
                     captures: captures.len() as u64,
                 })
@@ -312,12 +317,21 @@ mod tests {
             .collect();
         assert_eq!(game_a, vec![caps[2], caps[3]]);
         assert!(index.page("other", None, None, 10).is_empty());
-        let games = index.games("box", 10);
+        let games = index.games("box", None, 10);
         assert_eq!(
             games.iter().map(|g| g.game.as_str()).collect::<Vec<_>>(),
             vec!["b", "a"]
         );
         assert_eq!((games[1].first, games[1].captures), (caps[0], 3));
+        assert_eq!((games[0].order, games[1].order), (1, 0));
+        // The next page starts below the last place listed.
+        let older = index.games("box", Some(games[0].order), 10);
+        assert_eq!(
+            older.iter().map(|g| g.game.as_str()).collect::<Vec<_>>(),
+            vec!["a"]
+        );
+        assert!(index.games("box", Some(0), 10).is_empty());
+        assert_eq!(index.games("box", Some(99), 1)[0].game, "b");
     }
 
     #[test]

@@ -142,6 +142,9 @@ pub struct Page {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GameEntry {
     pub game: String,
+    /// The game's place in its inbox's list of games: 0 for the inbox's first game, one
+    /// more for each game after it. Stable, so it serves as a listing cursor.
+    pub order: u64,
     /// The game's first capture.
     pub first: Capture,
     /// How many captures the game has, whatever their verdicts.
@@ -218,8 +221,14 @@ pub trait Inbox: Send + Sync {
         limit: usize,
     ) -> Result<Page, StoreError>;
 
-    /// The games of an inbox, newest (by first capture) first, at most `limit`.
-    async fn games(&self, inbox: &str, limit: usize) -> Result<Vec<GameEntry>, StoreError>;
+    /// The games of an inbox, newest (by first capture) first, at most `limit`; with
+    /// `before`, only games whose [`GameEntry::order`] is below it (the next page).
+    async fn games(
+        &self,
+        inbox: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<GameEntry>, StoreError>;
 
     /// One capture of `inbox` with its verdict; `None` when the capture does not exist or
     /// belongs to another inbox.

@@ -507,16 +507,33 @@ impl Inbox for RedisInbox {
         })
     }
 
-    async fn games(&self, inbox: &str, limit: usize) -> Result<Vec<GameEntry>, StoreError> {
-        let from = -(limit.max(1) as i64);
-        let mut names: Vec<String> = self.seen(
-            redis::cmd("LRANGE")
+    async fn games(
+        &self,
+        inbox: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<GameEntry>, StoreError> {
+        // The list only grows at its tail, so a place in it is stable.
+        let len: u64 = self.seen(
+            redis::cmd("LLEN")
                 .arg(keys::game_list(inbox))
-                .arg(from)
-                .arg(-1)
                 .query_async(&mut self.con())
                 .await,
         )?;
+        let end = before.map_or(len, |b| b.min(len));
+        if end == 0 || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let start = end.saturating_sub(limit as u64);
+        let mut names: Vec<String> = self.seen(
+            redis::cmd("LRANGE")
+                .arg(keys::game_list(inbox))
+                .arg(start)
+                .arg(end - 1)
+                .query_async(&mut self.con())
+                .await,
+        )?;
+        let orders: Vec<u64> = (start..start + names.len() as u64).rev().collect();
         names.reverse();
         let mut pipe = redis::pipe();
         for g in &names {
@@ -537,12 +554,14 @@ impl Inbox for RedisInbox {
         };
         Ok(names
             .into_iter()
+            .zip(orders)
             .zip(facts)
-            .filter_map(|(game, (first, captures))| {
+            .filter_map(|((game, order), (first, captures))| {
                 let shard = self.shard_of(inbox, &game);
                 Some(GameEntry {
                     first: Capture { shard, pos: first? },
                     game,
+                    order,
                     captures,
                 })
             })

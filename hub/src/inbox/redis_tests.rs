@@ -132,10 +132,21 @@ async fn positions_indexes_and_listings() {
         .collect();
     assert_eq!(order, captures, "inbox order");
     assert!(inbox.list("box", None, Some("x"), 2).await.is_err());
-    let games = inbox.games("box", 10).await.expect("games");
+    let games = inbox.games("box", None, 10).await.expect("games");
     let names: Vec<&str> = games.iter().map(|g| g.game.as_str()).collect();
     assert_eq!(names, ["odd", "even"], "newest first");
     assert_eq!(games[1].captures, 3);
+    assert_eq!((games[0].order, games[1].order), (1, 0));
+    let older = inbox.games("box", Some(1), 10).await.expect("games");
+    assert_eq!(
+        older.iter().map(|g| g.game.as_str()).collect::<Vec<_>>(),
+        ["even"]
+    );
+    assert!(inbox
+        .games("box", Some(0), 10)
+        .await
+        .expect("games")
+        .is_empty());
     assert!(inbox
         .get("other", captures[0])
         .await

@@ -7,7 +7,9 @@
 //! seconds each table plays random legal moves, game after game, on the same sockets.
 //! *Hold*: at the deadline the tables stop moving but keep their last games open while the
 //! hub's `/metrics` is read, so `hub_rss_bytes` is the hub's memory with G open games and
-//! 2G sockets; then every socket is closed. Every act is bounded, so a run ends by itself
+//! 2G sockets (and whatever the games finished during the run left behind); then every
+//! socket is closed. The memory is also read once setup is done (`hub_rss_seated_bytes`):
+//! G open games and 2G sockets, and no history yet. Every act is bounded, so a run ends by itself
 //! within setup + duration + a few seconds of grace, whatever the hub does.
 //!
 //! It is a benchmark client, not a test: it trusts the hub's answers except to count
@@ -53,7 +55,7 @@ pub struct Config {
     pub signed: bool,
 }
 
-/// The `--json` report: exactly DESIGN.md's keys.
+/// The `--json` report: DESIGN.md's keys, and the memory once seated.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub games: usize,
@@ -64,6 +66,9 @@ pub struct Report {
     pub errors: u64,
     pub latency_ms: Percentiles,
     pub hub_rss_bytes: Option<u64>,
+    /// Beyond DESIGN.md's keys: the hub's memory once every table was seated (G open games,
+    /// 2G sockets) and before any move, so it holds no finished game's history.
+    pub hub_rss_seated_bytes: Option<u64>,
 }
 
 /// The report, and what the plain output and the exit code add to it.
@@ -156,6 +161,8 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         }
     }
     let seated = shared.seated.load(Ordering::Relaxed);
+    // The memory of G open games and their 2G sockets alone, before play adds history.
+    let rss_seated = shared.http.resident_memory().await.ok();
 
     // Play.
     let start = Instant::now();
@@ -189,6 +196,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
             errors: Stats::get(&stats.errors),
             latency_ms: stats.percentiles(),
             hub_rss_bytes,
+            hub_rss_seated_bytes: rss_seated,
         },
         seated,
         rss_before: Some(rss_before),

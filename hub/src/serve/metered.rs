@@ -78,8 +78,13 @@ impl Inbox for MeteredInbox {
         self.inner.list(inbox, game, after, limit).await
     }
 
-    async fn games(&self, inbox: &str, limit: usize) -> Result<Vec<GameEntry>, StoreError> {
-        self.inner.games(inbox, limit).await
+    async fn games(
+        &self,
+        inbox: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<GameEntry>, StoreError> {
+        self.inner.games(inbox, before, limit).await
     }
 
     async fn get(&self, inbox: &str, capture: Capture) -> Result<Option<Listed>, StoreError> {

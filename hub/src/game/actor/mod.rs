@@ -50,6 +50,12 @@ const MAX_WRITE_FAILURES: u32 = 3;
 /// How long an idle actor keeps reading its mailbox after leaving the directory.
 const STOP_GRACE: Duration = Duration::from_millis(200);
 
+/// How long a finished game's actor stays without messages before it stops. Nothing is
+/// owed to a finished game, and a read rebuilds it from the store, so a hub that plays
+/// thousands of games a minute keeps only the open ones (and the last few seconds' worth)
+/// in memory rather than a minute's worth.
+const FINISHED_LINGER: Duration = Duration::from_secs(2);
+
 fn idx(seat: Seat) -> usize {
     match seat {
         Seat::X => 0,
@@ -184,8 +190,30 @@ impl GameActor {
 
     /// Adjudicates a fresh record, then writes whatever the hub now owes the game.
     fn adjudicate(&mut self, record: &Record, ctx: &mut Context<Self>) {
+        let was_over = self.is_over();
         self.settle(record);
         self.write_owed(ctx);
+        if !was_over && self.is_over() {
+            ctx.run_later(FINISHED_LINGER, |act, ctx| {
+                act.stop_if_idle(FINISHED_LINGER, ctx)
+            });
+        }
+    }
+
+    fn is_over(&self) -> bool {
+        self.chain.result().is_some_and(|r| r.is_over())
+    }
+
+    /// Stops the actor when it has had no message for `idle`. Leaves the directory first,
+    /// then stops a moment later: a consumer that looked this actor up just before may
+    /// still put a record in its mailbox, and a stopped actor's mailbox is dropped unread.
+    fn stop_if_idle(&mut self, idle: Duration, ctx: &mut Context<Self>) {
+        // A held choice lives only here: an actor holding one stays until it is
+        // committed, or the seat would be told it was lost without any restart.
+        if self.last_active.elapsed() >= idle && !self.held.contains(&true) {
+            self.engine.forget(&self.inbox, &self.game, &ctx.address());
+            ctx.run_later(STOP_GRACE, |_, ctx| ctx.stop());
+        }
     }
 
     /// A fresh record's verdict: recorded, handed to its poster, and (when accepted)
@@ -227,6 +255,9 @@ impl GameActor {
                 protocol,
             ])
             .inc();
+        // An event the actor wrote on its own (a start, a custodial step) has no poster:
+        // its outcome, views and all, is not left behind for one to pick up.
+        let own_write = hash.is_some() && hash == self.writing;
         let age_ms = super::seats::now_ms().saturating_sub(record.at_ms);
         metrics
             .capture_to_verdict
@@ -267,7 +298,11 @@ impl GameActor {
                     tracing::warn!(%capture, error = %e, "verdict not recorded");
                 }
             }
-            engine.waiters.resolve(capture, outcome);
+            if own_write {
+                engine.waiters.resolve_if_waiting(capture, outcome);
+            } else {
+                engine.waiters.resolve(capture, outcome);
+            }
         });
     }
 
@@ -549,15 +584,12 @@ impl Actor for GameActor {
         }));
         let idle = self.engine.config.actor_idle;
         ctx.run_interval(idle.min(Duration::from_secs(5)), move |act, ctx| {
-            // A held choice lives only here: an actor holding one stays until it is
-            // committed, or the seat would be told it was lost without any restart.
-            if act.last_active.elapsed() >= idle && !act.held.contains(&true) {
-                // Leave the directory first, then stop a moment later: a consumer that
-                // looked this actor up just before may still put a record in its mailbox,
-                // and a stopped actor's mailbox is dropped unread.
-                act.engine.forget(&act.inbox, &act.game, &ctx.address());
-                ctx.run_later(STOP_GRACE, |_, ctx| ctx.stop());
-            }
+            let limit = if act.is_over() {
+                idle.min(FINISHED_LINGER)
+            } else {
+                idle
+            };
+            act.stop_if_idle(limit, ctx);
         });
     }
 

@@ -81,42 +81,98 @@ impl Hub {
 
     /// Games of an inbox, newest first, optionally only those in `phase`: seated games
     /// still waiting for their start first (newest created first), then games by their
-    /// first capture, newest first.
+    /// first capture, newest first. `after` is the `next` of the previous page; a page may
+    /// hold fewer than `limit` games and still have a `next` (a phase filter that skipped
+    /// many games), and `next` is null only after the last game.
     pub async fn games(
         &self,
         inbox: &str,
         phase: Option<Phase>,
+        after: Option<&str>,
         limit: usize,
     ) -> Result<Listing<GameSummary>, HubError> {
-        let mut items = Vec::new();
-        if self.clustered() {
-            // Other nodes create games too: list what the shared store holds.
-            self.engine.seats.refresh_inbox(inbox).await?;
-        }
-        let mut regs = self.engine.seats.registrations(inbox);
-        regs.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
-        for reg in regs {
-            if self.engine.inbox.count(inbox, &reg.game).await? > 0 {
-                continue; // listed below, from its chain
+        let cursor = after.map(GamesCursor::parse).transpose()?;
+        let mut items: Vec<GameSummary> = Vec::new();
+        let pending_wanted = phase.is_none_or(|p| p != Phase::Started);
+        if pending_wanted && !matches!(cursor, Some(GamesCursor::Started { .. })) {
+            if self.clustered() {
+                // Other nodes create games too: list what the shared store holds.
+                self.engine.seats.refresh_inbox(inbox).await?;
             }
-            items.push(GameSummary {
-                game: reg.game.clone(),
-                protocol: Some(reg.protocol.clone()),
-                phase: if reg.paired {
+            let mut regs = self.engine.seats.registrations(inbox);
+            regs.retain(|r| {
+                let reg_phase = if r.paired {
                     Phase::Paired
                 } else {
                     Phase::Waiting
-                },
-                result: None,
+                };
+                phase.is_none_or(|p| p == reg_phase)
+                    && match &cursor {
+                        Some(GamesCursor::Pending { created_ms, game }) => {
+                            (r.created_ms, &r.game) < (*created_ms, game)
+                        }
+                        _ => true,
+                    }
+            });
+            regs.sort_by(|a, b| (b.created_ms, &b.game).cmp(&(a.created_ms, &a.game)));
+            let mut last_created = 0;
+            for reg in regs {
+                if self.engine.inbox.count(inbox, &reg.game).await? > 0 {
+                    continue; // listed below, from its chain
+                }
+                if items.len() == limit {
+                    let next = GamesCursor::Pending {
+                        created_ms: last_created,
+                        game: items[limit - 1].game.clone(),
+                    };
+                    return Ok(Listing {
+                        items,
+                        next: Some(next.to_string()),
+                    });
+                }
+                last_created = reg.created_ms;
+                items.push(GameSummary {
+                    game: reg.game.clone(),
+                    protocol: Some(reg.protocol.clone()),
+                    phase: if reg.paired {
+                        Phase::Paired
+                    } else {
+                        Phase::Waiting
+                    },
+                    result: None,
+                });
+            }
+        }
+        if phase.is_some_and(|p| p != Phase::Started) {
+            return Ok(Listing { items, next: None });
+        }
+        if items.len() == limit {
+            // The page is full of games still being seated; the started ones come next.
+            let next = GamesCursor::Started { before: u64::MAX };
+            return Ok(Listing {
+                items,
+                next: Some(next.to_string()),
             });
         }
-        items.retain(|g| phase.is_none_or(|p| g.phase == p));
-        items.truncate(limit);
-        if items.len() < limit && phase.is_none_or(|p| p == Phase::Started) {
-            for entry in self.engine.inbox.games(inbox, limit * 2 + 16).await? {
-                if items.len() >= limit {
-                    break;
-                }
+        // Started games, by their place in the inbox; a page looks at a bounded number of
+        // them, so a rare phase cannot make one request walk the whole inbox.
+        let mut before = match cursor {
+            Some(GamesCursor::Started { before }) => Some(before),
+            _ => None,
+        };
+        let mut budget = limit * 4 + 64;
+        while items.len() < limit && budget > 0 {
+            let batch = self
+                .engine
+                .inbox
+                .games(inbox, before, (limit - items.len()).min(budget))
+                .await?;
+            if batch.is_empty() {
+                return Ok(Listing { items, next: None });
+            }
+            for entry in batch {
+                budget -= 1;
+                before = Some(entry.order);
                 let key = (inbox.to_string(), entry.game.clone());
                 let summary = match self.engine.summaries.get(&key) {
                     Some(s) => Some(s.clone()),
@@ -132,7 +188,10 @@ impl Hub {
                 }
             }
         }
-        Ok(Listing { items, next: None })
+        let next = before
+            .filter(|b| *b > 0)
+            .map(|before| GamesCursor::Started { before }.to_string());
+        Ok(Listing { items, next })
     }
 
     /// The accepted chain of a game as JSON Lines (each event in its canonical form with its
@@ -180,5 +239,67 @@ fn capture_item(record: Record, verdict: Option<StoredVerdict>) -> CaptureItem {
         detail,
         seat: record.seat,
         at_ms: record.at_ms,
+    }
+}
+
+/// Where a game listing goes on: among the seated games that have not started, below
+/// (created, id); or among started games, below a place in the inbox's list of games.
+/// Written as `p{created_ms}.{game}` or `s{place}`; clients pass `next` back as `after`.
+#[derive(Debug, PartialEq)]
+enum GamesCursor {
+    Pending { created_ms: u64, game: String },
+    Started { before: u64 },
+}
+
+impl GamesCursor {
+    fn parse(text: &str) -> Result<GamesCursor, HubError> {
+        let bad = || HubError::BadRequest(format!("`after` {text:?} is not a listing's next"));
+        if let Some(rest) = text.strip_prefix('s') {
+            return rest
+                .parse()
+                .map(|before| GamesCursor::Started { before })
+                .map_err(|_| bad());
+        }
+        let rest = text.strip_prefix('p').ok_or_else(bad)?;
+        let (ms, game) = rest.split_once('.').ok_or_else(bad)?;
+        Ok(GamesCursor::Pending {
+            created_ms: ms.parse().map_err(|_| bad())?,
+            game: game.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for GamesCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GamesCursor::Pending { created_ms, game } => write!(f, "p{created_ms}.{game}"),
+            GamesCursor::Started { before } => write!(f, "s{before}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod cursor_tests {
+    use super::GamesCursor;
+
+    #[test]
+    fn cursors_read_back_what_they_wrote() {
+        for c in [
+            GamesCursor::Started { before: 0 },
+            GamesCursor::Started { before: 41 },
+            GamesCursor::Pending {
+                created_ms: 1_700_000_000_123,
+                game: "g.with.dots-and-dashes".into(),
+            },
+        ] {
+            assert_eq!(GamesCursor::parse(&c.to_string()).expect("parses"), c);
+        }
+    }
+
+    #[test]
+    fn anything_else_is_a_bad_request() {
+        for text in ["", "s", "s-1", "sx", "p", "p12", "pab.g", "x12", "12"] {
+            assert!(GamesCursor::parse(text).is_err(), "{text:?} was taken");
+        }
     }
 }

@@ -136,7 +136,7 @@ async fn the_game_listing_shows_waiting_and_started_games() {
         )
         .await
         .expect("created");
-    let all = f.hub.games(INBOX, None, 10).await.expect("list");
+    let all = f.hub.games(INBOX, None, None, 10).await.expect("list");
     let phases: Vec<(String, Phase)> = all
         .items
         .iter()
@@ -151,7 +151,7 @@ async fn the_game_listing_shows_waiting_and_started_games() {
     );
     let waiting = f
         .hub
-        .games(INBOX, Some(Phase::Started), 10)
+        .games(INBOX, Some(Phase::Started), None, 10)
         .await
         .expect("list");
     assert_eq!(waiting.items.len(), 1);
@@ -171,6 +171,78 @@ async fn the_game_listing_shows_waiting_and_started_games() {
         1,
         "probing an unknown id starts no actor"
     );
+}
+
+#[actix_rt::test]
+async fn the_game_listing_pages_through_every_game_once_newest_first() {
+    let f = open(config()).await;
+    for g in ["s1", "s2", "s3"] {
+        post(&f, event(g, 0, "", Seat::X, None), None)
+            .await
+            .expect("posted");
+    }
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let created = f
+            .hub
+            .create_game(INBOX, CreateGame::default(), "p")
+            .await
+            .expect("created");
+        waiting.push(created.game);
+        // Distinct creation times, so "newest created first" is one order.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    waiting.reverse();
+    let mut want = waiting.clone();
+    want.extend(["s3", "s2", "s1"].map(String::from));
+
+    for limit in 1..=7 {
+        let (mut seen, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+        loop {
+            let page = f
+                .hub
+                .games(INBOX, None, after.as_deref(), limit)
+                .await
+                .expect("page");
+            assert!(page.items.len() <= limit);
+            seen.extend(page.items.into_iter().map(|g| g.game));
+            pages += 1;
+            assert!(pages <= 10, "paging does not end (limit {limit})");
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(seen, want, "limit {limit}");
+    }
+    // A phase filter pages too.
+    let started = f
+        .hub
+        .games(INBOX, Some(Phase::Started), None, 2)
+        .await
+        .expect("page");
+    let names: Vec<&str> = started.items.iter().map(|g| g.game.as_str()).collect();
+    assert_eq!(names, ["s3", "s2"]);
+    let rest = f
+        .hub
+        .games(INBOX, Some(Phase::Started), started.next.as_deref(), 2)
+        .await
+        .expect("page");
+    let names: Vec<&str> = rest.items.iter().map(|g| g.game.as_str()).collect();
+    assert_eq!(names, ["s1"]);
+    assert_eq!(rest.next, None);
+    let waiting_only = f
+        .hub
+        .games(INBOX, Some(Phase::Waiting), None, 10)
+        .await
+        .expect("page");
+    assert_eq!(waiting_only.items.len(), 3);
+    assert_eq!(waiting_only.next, None);
+    assert!(f
+        .hub
+        .games(INBOX, None, Some("bogus"), 2)
+        .await
+        .is_err_and(|e| e.status() == 400));
 }
 
 #[actix_rt::test]
@@ -195,6 +267,55 @@ async fn an_idle_actor_stops_and_the_next_event_rebuilds_it() {
         .expect("posted");
     assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
     assert_eq!(p.state.and_then(|s| s.seq), Some(1));
+}
+
+#[actix_rt::test]
+async fn a_finished_games_actor_stops_soon_and_a_read_rebuilds_it() {
+    // Long idle time for games in progress; a finished game goes after a short linger.
+    let f = open(config()).await;
+    let mut head = post(&f, event("done", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted")
+        .hash
+        .expect("hash");
+    for (i, (seat, r, c)) in [
+        (Seat::X, 0, 0),
+        (Seat::O, 1, 0),
+        (Seat::X, 0, 1),
+        (Seat::O, 1, 1),
+        (Seat::X, 0, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = post(&f, event("done", i as u64 + 1, &head, seat, rc(r, c)), None)
+            .await
+            .expect("posted");
+        assert_eq!(p.verdict, Verdict::Accepted, "move {i}");
+        head = p.hash.expect("hash");
+    }
+    post(&f, event("open", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    assert_eq!(f.hub.resident_actors(), 2);
+    for _ in 0..200 {
+        if f.hub.resident_actors() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        f.hub.resident_actors(),
+        1,
+        "the finished game's actor stopped, the open one stays"
+    );
+    let st = f
+        .hub
+        .state(INBOX, "done", Viewer::Spectator)
+        .await
+        .expect("a read rebuilds it");
+    assert_eq!(st.seq, Some(5));
+    assert_eq!(st.result.map(|r| r.status), Some("win"));
 }
 
 #[actix_rt::test]
