@@ -11,6 +11,8 @@
 //! - `code/{sha256(code)}`: a pairing code (8 Crockford base32 characters, 40 random
 //!   bits), its deadline and whether it was used. Redeeming takes the record atomically, so
 //!   a code works once; a used code leaves a tombstone so a second try answers `code_used`.
+//!   A day after a code expired or died it is purged ([`CODE_KEEP`]); a try then answers
+//!   `not_found`.
 //! - `open/{person}/{inbox}/{game}`: the host's open games, for the per-person cap.
 //! - `held/{inbox}/{game}/{seat}`: a rock-paper-scissors choice was held in memory; if the
 //!   hub restarts before committing it, the seat is told (`held_choice_lost`).
@@ -86,6 +88,10 @@ struct SeatRecord {
     game: String,
     seat: String,
 }
+
+/// How long a dead pairing code (expired, used or replaced) is remembered, so that a late
+/// try is told why it failed, before it is purged.
+pub const CODE_KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Crockford base32: no I, L, O, U, so codes read aloud and typed by hand survive.
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -431,18 +437,37 @@ impl Seats {
         Ok((token, code, expires_ms))
     }
 
-    /// Kills a code: leaves a `used` tombstone so a later try answers `code_used`.
+    /// Kills a code: leaves a `used` tombstone so a later try answers `code_used` (its
+    /// `expires_ms` is when it died, which [`Seats::purge_codes`] goes by).
     async fn retire_code(&self, hash: &str, inbox: &str, game: &str) -> Result<(), HubError> {
         let rec = CodeRecord {
             inbox: inbox.to_string(),
             game: game.to_string(),
-            expires_ms: 0,
+            expires_ms: now_ms(),
             used: true,
         };
         self.meta
             .put(&format!("code/{hash}"), json_bytes(&rec)?)
             .await?;
         Ok(())
+    }
+
+    /// Forgets pairing codes that expired, or were used or replaced, more than `keep_ms`
+    /// before `now_ms`: until then a late try answers `code_used` or `code_expired`,
+    /// afterwards `not_found`, and the store does not grow with every code ever issued.
+    /// Returns how many it removed.
+    pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<usize, HubError> {
+        let mut purged = 0;
+        for (key, value) in self.meta.scan("code/").await? {
+            let dead_since = match serde_json::from_slice::<CodeRecord>(&value) {
+                Ok(rec) => rec.expires_ms,
+                Err(_) => 0, // unreadable: nothing can redeem it
+            };
+            if dead_since.saturating_add(keep_ms) < now_ms && self.meta.delete(&key).await? {
+                purged += 1;
+            }
+        }
+        Ok(purged)
     }
 
     /// A fresh code for X before pairing; the old one dies.

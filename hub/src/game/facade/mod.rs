@@ -81,11 +81,20 @@ impl Hub {
         let sweeper = engine.clone();
         let mut sweep_stop = stop_rx;
         consumers.push(tokio::spawn(async move {
-            loop {
+            for tick in 0u64.. {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(10)) => {
                         sweeper.waiters.sweep(super::waiters::DONE_TTL);
                         sweeper.count_games();
+                        // Hourly (and soon after start): forget pairing codes dead for a day.
+                        if tick % 360 == 0 {
+                            let keep = super::seats::CODE_KEEP.as_millis() as u64;
+                            match sweeper.seats.purge_codes(super::seats::now_ms(), keep).await {
+                                Ok(0) => {}
+                                Ok(n) => tracing::info!(codes = n, "dead pairing codes purged"),
+                                Err(e) => tracing::warn!(error = %e, "pairing codes not purged"),
+                            }
+                        }
                     }
                     _ = sweep_stop.changed() => return,
                 }
@@ -379,6 +388,15 @@ impl Hub {
     #[cfg(test)]
     pub(crate) fn engine_open_games(&self, person: &str) -> u64 {
         self.engine.seats.open_games(person)
+    }
+
+    #[cfg(test)]
+    pub(crate) async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> usize {
+        self.engine
+            .seats
+            .purge_codes(now_ms, keep_ms)
+            .await
+            .expect("purge")
     }
 
     #[cfg(test)]

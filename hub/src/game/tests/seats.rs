@@ -240,7 +240,8 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     f.hub.cancel(&xb).await.expect("cancelled");
     assert!(f.hub.seat_for_token(&b.token).await.is_none());
     assert!(f.hub.pair(&b.pairing_code, None).await.is_err());
-    f.hub
+    let live = f
+        .hub
         .create_game(INBOX, req(), "p")
         .await
         .expect("a slot is free again");
@@ -267,4 +268,34 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
         Some("code_expired"),
         "an expired code stays expired"
     );
+
+    // Dead codes are remembered for a while, then purged: a try then finds no code.
+    let now = crate::game::seats::now_ms();
+    let keep = 60_000;
+    assert_eq!(f.hub.purge_codes(now, keep).await, 0, "all died just now");
+    assert_eq!(g.hub.purge_codes(now, keep).await, 0);
+    // a's first code (replaced), a's fresh code (used), b's code (cancelled).
+    assert_eq!(f.hub.purge_codes(now + keep + 1_000, keep).await, 3);
+    assert_eq!(g.hub.purge_codes(now + keep + 1_000, keep).await, 1);
+    assert_eq!(
+        f.hub
+            .pair(&fresh.pairing_code, None)
+            .await
+            .err()
+            .map(|e| e.code()),
+        Some("not_found")
+    );
+    assert_eq!(
+        g.hub
+            .pair(&e.pairing_code, None)
+            .await
+            .err()
+            .map(|e| e.code()),
+        Some("not_found")
+    );
+    // A live code is never purged.
+    f.hub
+        .pair(&live.pairing_code, None)
+        .await
+        .expect("the live code still pairs");
 }
