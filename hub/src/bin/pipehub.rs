@@ -3,6 +3,11 @@
 use clap::{Parser, Subcommand};
 use hub::cli;
 
+/// The allocator: a move allocates many small, short-lived buffers on several threads, which
+/// mimalloc serves several times faster than the system allocator (measured in the README).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "pipehub",
