@@ -4,7 +4,7 @@
 mod verify_support;
 
 use games::report::{verify_log, EntryVerdict, Mode};
-use games::verify::{GameChain, Verdict};
+use games::verify::{GameChain, Prepared, Verdict};
 use games::{Action, Event, GameResult, Reason, Registry, Seat, Status, WinBy};
 use serde_json::json;
 use verify_support::{games, lines, Game, Writer};
@@ -188,6 +188,38 @@ fn signatures_at_the_start_and_after() {
             Some((Reason::BadSignature, None)),
         );
     }
+}
+
+/// The hub signs what it writes for hub-held seats and then adjudicates it: a signature
+/// made through `Prepared::sign` is not verified again, but only for the key the chain
+/// wants and for exactly that signature.
+#[test]
+fn own_signatures_are_trusted_only_for_their_key_and_bytes() {
+    let g = &games()[0];
+    let key = |seat| games::crypto::seat_key(b"seed", "tests", "s", seat);
+    let offer = |signer: Seat, forge: bool| {
+        let mut w = Writer::signed("s", "seed");
+        let log = started(g, &mut w);
+        let mut chain = GameChain::new(&Registry::builtin());
+        for e in &log {
+            assert!(matches!(chain.offer(e), Verdict::Accepted { .. }));
+        }
+        let mut e = w.draft(Action::Move, Some(g.win[0].clone()));
+        let mut prepared = Prepared::of(&e);
+        e.sig = Some(prepared.sign(&key(signer)));
+        if forge {
+            e.sig = Some("ab".repeat(64));
+        }
+        chain.offer_prepared(&e, &prepared)
+    };
+    assert!(matches!(offer(Seat::X, false), Verdict::Accepted { .. }));
+    let bad = Verdict::Rejected(Reason::BadSignature.into());
+    assert_eq!(
+        offer(Seat::O, false),
+        bad,
+        "signed with the other seat's key"
+    );
+    assert_eq!(offer(Seat::X, true), bad, "not the signature that was made");
 }
 
 #[test]

@@ -6,9 +6,9 @@
 //! per-person rate limit (the very [`EventLimiter`] the HTTP layer charges), the same
 //! append, and the same game actor as referee. [`HubRooms`] goes the other way: it is the
 //! hub's [`Rooms`] interface, handed to the engine at open, and forwards each actor's
-//! publication into the relay's rooms, serializing each viewer's `GameState` once per
-//! event (and not at all when nobody watches the game). Every socket of a viewer then gets
-//! the same bytes.
+//! publication into the relay's rooms. Each viewer's `GameState` is serialized once per
+//! event (and not at all when nobody watches it), and those bytes are shared with the
+//! mover's own answer. Every socket of a viewer then gets the same frame.
 //!
 //! [`relay`] builds the relay for the HTTP app; `serve` mounts it with one `configure`
 //! call. What this module deliberately does not do: speak the wire protocol (the relay
@@ -22,11 +22,11 @@ use games::{Seat, Viewer};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::game::{GameState, Hub, HubError, Posted, SeatAuth, Verdict};
+use crate::game::{Hub, HubError, Posted, SeatAuth, SharedState, Verdict};
 use crate::http::AppState;
 use crate::limits::{EventLimiter, Person};
 use crate::metrics::Metrics;
-use crate::rooms::{Cause, Publication, Rooms};
+use crate::rooms::{Cause, Publication, Rooms, Watchers};
 
 /// The relay of a running hub, ready to mount with `::relay::configure`.
 pub fn relay(state: &AppState, rooms: ::relay::Rooms) -> ::relay::Relay {
@@ -49,23 +49,28 @@ impl HubRooms {
     }
 }
 
-fn frame(state: &GameState) -> Result<StateFrame, serde_json::Error> {
-    StateFrame::encode(state.seq, state)
+fn frame(state: &SharedState) -> Result<StateFrame, serde_json::Error> {
+    state.frame().cloned()
 }
 
 impl Rooms for HubRooms {
     fn publish(&self, publication: Publication) {
-        if !self.rooms.is_watched(&publication.inbox, &publication.game) {
-            return;
-        }
         let views = &publication.views;
-        let (x, o, spectator) = match (frame(&views.x), frame(&views.o), frame(&views.spectator)) {
+        let encode = |view: &Option<std::sync::Arc<SharedState>>| match view {
+            Some(state) => frame(state).map(Some),
+            None => Ok(None),
+        };
+        let (x, o, spectator) = match (encode(&views.x), encode(&views.o), encode(&views.spectator))
+        {
             (Ok(x), Ok(o), Ok(spectator)) => (x, o, spectator),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 tracing::error!(error = %e, "a game state did not serialize; not relayed");
                 return;
             }
         };
+        if x.is_none() && o.is_none() && spectator.is_none() {
+            return;
+        }
         let cause = match publication.cause {
             Cause::Accepted { seat, .. } => ::relay::Cause::Accepted { seat },
             Cause::Phase => ::relay::Cause::Phase,
@@ -76,6 +81,10 @@ impl Rooms for HubRooms {
         };
         self.rooms
             .publish(&publication.inbox, &publication.game, delivery);
+    }
+
+    fn watchers(&self, inbox: &str, game: &str) -> Watchers {
+        self.rooms.watchers(inbox, game)
     }
 }
 
@@ -93,7 +102,7 @@ fn failure(err: HubError) -> Failure {
     }
 }
 
-fn encode(state: &GameState) -> Result<StateFrame, Failure> {
+fn encode(state: &SharedState) -> Result<StateFrame, Failure> {
     frame(state).map_err(|e| Failure::new("internal", e.to_string()))
 }
 
@@ -173,7 +182,7 @@ impl Games for HubGames {
     ) -> Result<StateFrame, Failure> {
         let viewer = seat.map_or(Viewer::Spectator, Viewer::Seat);
         let state = self.hub.state(inbox, game, viewer).await.map_err(failure)?;
-        encode(&state)
+        StateFrame::encode(state.seq, &state).map_err(|e| Failure::new("internal", e.to_string()))
     }
 
     async fn play(&self, seat: &SeatRef, mv: Value) -> Result<Outcome, Failure> {

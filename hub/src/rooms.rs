@@ -1,7 +1,8 @@
 //! Rooms: where a game's actor hands each accepted event's views to whoever watches.
 //!
 //! An actor computes the per-seat views of a game once per accepted event (X's view, O's
-//! view, the spectator view) and publishes them here exactly once; the room fans them out.
+//! view, the spectator view: each only when someone watches it, see [`Rooms::watchers`])
+//! and publishes them here exactly once; the room fans them out.
 //! Subscribers (WebSocket sockets, an agent's `game_wait`) live in rooms, never in actors,
 //! so an actor can stop after its idle timeout whatever its audience.
 //!
@@ -20,23 +21,26 @@ use dashmap::DashMap;
 use games::Seat;
 use tokio::sync::broadcast;
 
-use crate::game::GameState;
+use crate::game::SharedState;
 
-/// The three views of one game at one moment, each already redacted for its viewer.
-#[derive(Clone, Debug, PartialEq)]
+pub use relay::Watchers;
+
+/// The views of one game at one moment, each already redacted for its viewer; only those
+/// somebody will read (a watcher, or the poster waiting for its verdict) are built.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Views {
-    pub x: GameState,
-    pub o: GameState,
-    pub spectator: GameState,
+    pub x: Option<Arc<SharedState>>,
+    pub o: Option<Arc<SharedState>>,
+    pub spectator: Option<Arc<SharedState>>,
 }
 
 impl Views {
-    /// The view for a seat, or the spectator view for `None`.
-    pub fn for_seat(&self, seat: Option<Seat>) -> &GameState {
+    /// The view for a seat, or the spectator view for `None`, when it was built.
+    pub fn for_seat(&self, seat: Option<Seat>) -> Option<&Arc<SharedState>> {
         match seat {
-            Some(Seat::X) => &self.x,
-            Some(Seat::O) => &self.o,
-            None => &self.spectator,
+            Some(Seat::X) => self.x.as_ref(),
+            Some(Seat::O) => self.o.as_ref(),
+            None => self.spectator.as_ref(),
         }
     }
 }
@@ -63,6 +67,9 @@ pub struct Publication {
 /// not block (the actor is adjudicating other events meanwhile).
 pub trait Rooms: Send + Sync {
     fn publish(&self, publication: Publication);
+
+    /// Who watches the game now: the actor builds only their views (and the poster's).
+    fn watchers(&self, inbox: &str, game: &str) -> Watchers;
 }
 
 /// How many publications a subscriber may fall behind before it loses the oldest.
@@ -110,6 +117,16 @@ impl Rooms for LocalRooms {
             self.rooms.remove_if(&key, |_, s| s.receiver_count() == 0);
         }
     }
+
+    /// A subscriber here takes every viewer's publication.
+    fn watchers(&self, inbox: &str, game: &str) -> Watchers {
+        let key = (inbox.to_string(), game.to_string());
+        if self.rooms.contains_key(&key) {
+            Watchers::ALL
+        } else {
+            Watchers::default()
+        }
+    }
 }
 
 /// Rooms that drop everything: for a hub with no relay and no subscribers.
@@ -118,6 +135,10 @@ pub struct NoRooms;
 
 impl Rooms for NoRooms {
     fn publish(&self, _publication: Publication) {}
+
+    fn watchers(&self, _inbox: &str, _game: &str) -> Watchers {
+        Watchers::default()
+    }
 }
 
 #[cfg(test)]
@@ -151,9 +172,9 @@ mod tests {
             game: game.into(),
             cause: Cause::Phase,
             views: Arc::new(Views {
-                x: state(Some(Seat::X)),
-                o: state(Some(Seat::O)),
-                spectator: state(None),
+                x: Some(SharedState::new(state(Some(Seat::X)))),
+                o: Some(SharedState::new(state(Some(Seat::O)))),
+                spectator: Some(SharedState::new(state(None))),
             }),
         }
     }
@@ -168,8 +189,9 @@ mod tests {
         rooms.publish(publication("g"));
         let got = rx.try_recv().expect("one publication");
         assert_eq!(got.game, "g");
-        assert_eq!(got.views.for_seat(Some(Seat::O)).seat, Some(Seat::O));
-        assert_eq!(got.views.for_seat(None).seat, None);
+        let seat_of = |seat| got.views.for_seat(seat).map(|s| s.seat);
+        assert_eq!(seat_of(Some(Seat::O)), Some(Some(Seat::O)));
+        assert_eq!(seat_of(None), Some(None));
         assert!(rx.try_recv().is_err());
         drop(rx);
         rooms.publish(publication("g"));

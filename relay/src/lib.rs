@@ -27,6 +27,6 @@ pub mod session;
 pub mod wire;
 
 pub use endpoint::{configure, ws, Heartbeat, Relay};
-pub use rooms::{Cause, Delivery, Rooms, Subscription, Views};
+pub use rooms::{Cause, Delivery, Rooms, Subscription, Views, Watchers};
 pub use service::{Failure, Games, Outcome, SeatRef};
 pub use wire::client_out::StateFrame;

@@ -26,20 +26,60 @@ use crate::wire::client_out::StateFrame;
 /// How many publications a subscriber may have waiting before it is dropped as too slow.
 pub const ROOM_QUEUE: usize = 32;
 
-/// The three views of a game at one moment, each a finished frame.
-#[derive(Clone, Debug)]
+/// The views of a game at one moment, each a finished frame: only those of viewers who
+/// watch the game (see [`Rooms::watchers`]), so nobody's view is encoded for nobody.
+#[derive(Clone, Debug, Default)]
 pub struct Views {
-    pub x: StateFrame,
-    pub o: StateFrame,
-    pub spectator: StateFrame,
+    pub x: Option<StateFrame>,
+    pub o: Option<StateFrame>,
+    pub spectator: Option<StateFrame>,
 }
 
 impl Views {
-    pub fn for_seat(&self, seat: Option<Seat>) -> &StateFrame {
+    pub fn for_seat(&self, seat: Option<Seat>) -> Option<&StateFrame> {
         match seat {
-            Some(Seat::X) => &self.x,
-            Some(Seat::O) => &self.o,
-            None => &self.spectator,
+            Some(Seat::X) => self.x.as_ref(),
+            Some(Seat::O) => self.o.as_ref(),
+            None => self.spectator.as_ref(),
+        }
+    }
+}
+
+/// Which viewers of a game have a socket in its room: X's seat, O's seat, spectators.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Watchers {
+    pub x: bool,
+    pub o: bool,
+    pub spectator: bool,
+}
+
+impl Watchers {
+    /// Every viewer (for a publisher that cannot tell).
+    pub const ALL: Watchers = Watchers {
+        x: true,
+        o: true,
+        spectator: true,
+    };
+
+    /// True when `viewer` (a seat, or `None` for a spectator) watches.
+    pub fn watches(&self, viewer: Option<Seat>) -> bool {
+        match viewer {
+            Some(Seat::X) => self.x,
+            Some(Seat::O) => self.o,
+            None => self.spectator,
+        }
+    }
+
+    /// True when anyone watches.
+    pub fn any(&self) -> bool {
+        self.x || self.o || self.spectator
+    }
+
+    fn add(&mut self, viewer: Option<Seat>) {
+        match viewer {
+            Some(Seat::X) => self.x = true,
+            Some(Seat::O) => self.o = true,
+            None => self.spectator = true,
         }
     }
 }
@@ -64,6 +104,7 @@ type Key = (Box<str>, Box<str>);
 
 struct Subscriber {
     id: u64,
+    viewer: Option<Seat>,
     tx: mpsc::Sender<Arc<Delivery>>,
 }
 
@@ -88,15 +129,16 @@ impl Rooms {
         Rooms::default()
     }
 
-    /// Joins a game's room from now on. Leaving is dropping the [`Subscription`].
-    pub fn subscribe(&self, inbox: &str, game: &str) -> Subscription {
+    /// Joins a game's room from now on as `viewer` (a seat, or `None` for a spectator).
+    /// Leaving is dropping the [`Subscription`].
+    pub fn subscribe(&self, inbox: &str, game: &str, viewer: Option<Seat>) -> Subscription {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(ROOM_QUEUE);
         self.inner
             .rooms
             .entry(key(inbox, game))
             .or_default()
-            .push(Subscriber { id, tx });
+            .push(Subscriber { id, viewer, tx });
         Subscription {
             rooms: self.clone(),
             key: key(inbox, game),
@@ -109,6 +151,17 @@ impl Rooms {
     /// would read.
     pub fn is_watched(&self, inbox: &str, game: &str) -> bool {
         self.inner.rooms.contains_key(&key(inbox, game))
+    }
+
+    /// Which viewers watch the game, so a publisher encodes only their views.
+    pub fn watchers(&self, inbox: &str, game: &str) -> Watchers {
+        let mut watchers = Watchers::default();
+        if let Some(room) = self.inner.rooms.get(&key(inbox, game)) {
+            for sub in room.iter() {
+                watchers.add(sub.viewer);
+            }
+        }
+        watchers
     }
 
     /// Hands a publication to every subscriber of the game without waiting, dropping those
@@ -201,9 +254,9 @@ mod tests {
                 seat: Some(Seat::X),
             },
             views: Views {
-                x: frame("X"),
-                o: frame("O"),
-                spectator: frame("spectator"),
+                x: Some(frame("X")),
+                o: Some(frame("O")),
+                spectator: Some(frame("spectator")),
             },
         }
     }
@@ -211,15 +264,24 @@ mod tests {
     #[tokio::test]
     async fn a_publication_reaches_every_subscriber_of_its_game_only() {
         let rooms = Rooms::new();
-        let mut a = rooms.subscribe("i", "g");
-        let mut b = rooms.subscribe("i", "g");
-        let mut other = rooms.subscribe("i", "h");
+        let mut a = rooms.subscribe("i", "g", Some(Seat::X));
+        let mut b = rooms.subscribe("i", "g", None);
+        let mut other = rooms.subscribe("i", "h", Some(Seat::O));
         assert!(rooms.is_watched("i", "g"));
         assert!(!rooms.is_watched("j", "g"));
+        let watchers = rooms.watchers("i", "g");
+        assert_eq!(
+            (watchers.x, watchers.o, watchers.spectator),
+            (true, false, true)
+        );
+        assert!(!rooms.watchers("j", "g").any());
         assert_eq!(rooms.publish("i", "g", delivery(1)), 2);
         for sub in [&mut a, &mut b] {
             let got = sub.recv().await.expect("a delivery");
-            assert_eq!(got.views.for_seat(Some(Seat::O)).seq(), Some(1));
+            assert_eq!(
+                got.views.for_seat(Some(Seat::O)).and_then(StateFrame::seq),
+                Some(1)
+            );
         }
         assert!(other.rx.try_recv().is_err());
         // Both subscribers share one delivery: nothing was copied per socket.
@@ -234,8 +296,8 @@ mod tests {
     #[tokio::test]
     async fn leaving_the_last_seat_removes_the_room() {
         let rooms = Rooms::new();
-        let a = rooms.subscribe("i", "g");
-        let b = rooms.subscribe("i", "g");
+        let a = rooms.subscribe("i", "g", Some(Seat::X));
+        let b = rooms.subscribe("i", "g", Some(Seat::O));
         drop(a);
         assert_eq!(rooms.len(), 1);
         drop(b);
@@ -246,8 +308,8 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_that_does_not_keep_up_is_dropped_without_delaying_others() {
         let rooms = Rooms::new();
-        let mut slow = rooms.subscribe("i", "g");
-        let mut quick = rooms.subscribe("i", "g");
+        let mut slow = rooms.subscribe("i", "g", Some(Seat::X));
+        let mut quick = rooms.subscribe("i", "g", Some(Seat::O));
         for seq in 0..(ROOM_QUEUE as u64 + 5) {
             rooms.publish("i", "g", delivery(seq));
             assert!(quick.recv().await.is_some());

@@ -283,7 +283,7 @@ impl Session {
                     return Reply::Unauthorized;
                 };
                 // Join before reading the state, so no publication falls in between.
-                let sub = rooms.subscribe(&seat.inbox, &seat.game);
+                let sub = rooms.subscribe(&seat.inbox, &seat.game, Some(seat.seat));
                 let state = games.state(&seat.inbox, &seat.game, Some(seat.seat)).await;
                 Reply::Seated { seat, sub, state }
             }),
@@ -292,7 +292,7 @@ impl Session {
                     return self.refuse_unknown();
                 }
                 Box::pin(async move {
-                    let sub = rooms.subscribe(&inbox, &game);
+                    let sub = rooms.subscribe(&inbox, &game, None);
                     let state = games.state(&inbox, &game, None).await;
                     Reply::Watching { sub, state }
                 })
@@ -472,7 +472,11 @@ impl Session {
         let Some(watch) = &mut self.watch else {
             return;
         };
-        let state = delivery.views.for_seat(watch.viewer);
+        // No frame for this viewer: it subscribed after the publisher looked, and the
+        // state it reads on joining is at least as new.
+        let Some(state) = delivery.views.for_seat(watch.viewer) else {
+            return;
+        };
         if !watch.adopt(state.clone()) {
             return;
         }

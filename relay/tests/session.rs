@@ -38,9 +38,9 @@ impl Script {
 
     fn views(&self, seq: u64) -> Views {
         Views {
-            x: self.frame(Some(Seat::X), seq),
-            o: self.frame(Some(Seat::O), seq),
-            spectator: self.frame(None, seq),
+            x: Some(self.frame(Some(Seat::X), seq)),
+            o: Some(self.frame(Some(Seat::O), seq)),
+            spectator: Some(self.frame(None, seq)),
         }
     }
 }

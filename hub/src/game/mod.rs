@@ -36,7 +36,7 @@ use games::Registry;
 
 pub use error::HubError;
 pub use facade::Hub;
-pub use state::{GameState, KeysView, Notice, Phase, ResultView};
+pub use state::{GameState, KeysView, Notice, Phase, ResultView, SharedState};
 pub use types::{
     CaptureItem, CreateGame, Created, GameSummary, Listing, NewCode, Paired, Posted, SeatAuth,
     Verdict,

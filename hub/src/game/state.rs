@@ -10,9 +10,13 @@
 //! built for one seat can never carry the other seat's secrets. It deliberately does not
 //! decide *who* may see which viewer's state: that is the caller's seat check.
 
+use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
+
 use games::protocol::GameResult;
 use games::{Seat, Viewer};
-use serde::Serialize;
+use relay::StateFrame;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::types::ser_opt_seat;
@@ -111,6 +115,52 @@ pub struct GameState {
     pub board: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<Notice>,
+}
+
+/// One viewer's state after one event, built once and serialized at most once: the
+/// poster's answer and every socket of that viewer share it, and its `game.state` frame.
+#[derive(Debug)]
+pub struct SharedState {
+    state: GameState,
+    frame: OnceLock<StateFrame>,
+}
+
+impl SharedState {
+    pub fn new(state: GameState) -> Arc<SharedState> {
+        Arc::new(SharedState {
+            state,
+            frame: OnceLock::new(),
+        })
+    }
+
+    /// The state as a WebSocket `game.state` frame, serialized on first use.
+    pub fn frame(&self) -> Result<&StateFrame, serde_json::Error> {
+        if let Some(frame) = self.frame.get() {
+            return Ok(frame);
+        }
+        let frame = StateFrame::encode(self.state.seq, &self.state)?;
+        Ok(self.frame.get_or_init(|| frame))
+    }
+}
+
+impl Deref for SharedState {
+    type Target = GameState;
+
+    fn deref(&self) -> &GameState {
+        &self.state
+    }
+}
+
+impl PartialEq for SharedState {
+    fn eq(&self, other: &SharedState) -> bool {
+        self.state == other.state
+    }
+}
+
+impl Serialize for SharedState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.state.serialize(serializer)
+    }
 }
 
 /// What [`assemble`] needs to know of a game that has no accepted start: its seated

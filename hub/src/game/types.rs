@@ -9,7 +9,7 @@ use games::Seat;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::GameState;
+use super::SharedState;
 use crate::inbox::Capture;
 
 pub(crate) fn ser_seat<S: Serializer>(seat: &Seat, s: S) -> Result<S::Ok, S::Error> {
@@ -84,8 +84,9 @@ pub struct Posted {
     /// The event's hash; `None` for a held choice.
     pub hash: Option<String>,
     pub verdict: Verdict,
-    /// The game as the poster may see it after the verdict (`None` when pending).
-    pub state: Option<GameState>,
+    /// The game as the poster may see it after the verdict (`None` when pending), shared
+    /// with the room that relays it.
+    pub state: Option<std::sync::Arc<SharedState>>,
     /// Why the referee refused it (verdict `rejected`), or why it was skipped.
     pub refusal: Option<Refusal>,
 }

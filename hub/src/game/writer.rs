@@ -60,9 +60,9 @@ pub fn finish(secret: &[u8], inbox: &str, event: Event, signed: bool) -> Draft {
 
 /// Signs `event` with `key` (the event's player's, for a signed game), and serializes it.
 pub fn finish_with(key: Option<&crypto::SecretKey>, mut event: Event) -> Draft {
-    let prepared = Prepared::of(&event);
+    let mut prepared = Prepared::of(&event);
     if let Some(key) = key {
-        event.sig = Some(crypto::sign(key, &prepared.canonical));
+        event.sig = Some(prepared.sign(key));
     }
     let raw = Bytes::from(event.to_json());
     let seat = event.player;

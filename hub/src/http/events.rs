@@ -6,6 +6,8 @@
 //! or held (a rock-paper-scissors choice kept for its seat's turn). [`posted_response`]
 //! shapes all of them; `…/moves` and `…/resign` answer the same way.
 
+use std::sync::Arc;
+
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use games::Event;
@@ -15,7 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{self, EVENT_BODY_LIMIT};
 use super::AppState;
-use crate::game::{GameState, Posted};
+use crate::game::{Posted, SharedState};
 use crate::inbox::Capture;
 
 /// The answer to a post: `{"capture", "hash", "verdict", "state"}`, and for a rejection
@@ -42,7 +44,7 @@ pub struct PostedBody {
     /// The game afterwards, as the poster may see it (a `game.state`).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub state: Option<GameState>,
+    pub state: Option<Arc<SharedState>>,
 }
 
 /// The HTTP answer to any post that reached the inbox (or was held).

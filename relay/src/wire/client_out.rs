@@ -30,29 +30,30 @@ pub struct StateFrame {
 }
 
 impl StateFrame {
-    /// Serializes a state (a JSON object) into a frame, once.
+    /// Serializes a state (a JSON object) into a frame, once: straight after the head, so
+    /// the state's bytes are written once and never copied.
     pub fn encode<T: Serialize>(
         seq: Option<u64>,
         state: &T,
     ) -> Result<StateFrame, serde_json::Error> {
-        let body = serde_json::to_vec(state)?;
-        let fields = match body.split_first() {
-            Some((b'{', rest)) => rest,
+        use serde::ser::Error;
+        let mut buf = Vec::with_capacity(1024);
+        buf.extend_from_slice(STATE_HEAD.as_bytes());
+        serde_json::to_writer(&mut buf, state)?;
+        // The state's `{` becomes the `,` after the type tag (or goes, for `{}`).
+        let at = STATE_HEAD.len();
+        match buf.get(at..) {
+            Some([b'{', b'}']) => {
+                buf.remove(at);
+            }
+            Some([b'{', ..]) => buf[at] = b',',
             _ => {
-                return Err(<serde_json::Error as serde::ser::Error>::custom(
+                return Err(serde_json::Error::custom(
                     "a game state must serialize to a JSON object",
                 ))
             }
-        };
-        let mut frame = String::with_capacity(STATE_HEAD.len() + body.len() + 1);
-        frame.push_str(STATE_HEAD);
-        // `fields` is the object without its `{`: `}` when empty, else `"k":v,…}`.
-        let fields = std::str::from_utf8(fields)
-            .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
-        if fields != "}" {
-            frame.push(',');
         }
-        frame.push_str(fields);
+        let frame = String::from_utf8(buf).map_err(serde_json::Error::custom)?;
         Ok(StateFrame {
             seq,
             frame: ByteString::from(frame),

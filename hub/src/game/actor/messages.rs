@@ -173,7 +173,8 @@ impl Handler<Paired> for GameActor {
         } else {
             self.start_waiters.push(tx);
         }
-        if let Some(views) = self.views() {
+        let watchers = self.engine.rooms.watchers(&self.inbox, &self.game);
+        if let Some(views) = self.views(watchers, None) {
             self.publish(Cause::Phase, Arc::new(views));
         }
         self.write_failures = 0;

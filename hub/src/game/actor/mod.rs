@@ -23,6 +23,7 @@ mod messages;
 pub use cluster::{Kick, Retire};
 pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,17 +36,20 @@ use tokio::sync::oneshot;
 use super::custody::{self, Custodian};
 use super::engine::Engine;
 use super::seats::Registration;
-use super::state::{self, GameState, KeysView, Notice, Phase};
+use super::state::{self, GameState, KeysView, Notice, Phase, ResultView, SharedState};
 use super::types::{GameSummary, Verdict};
 use super::waiters::Outcome;
 use super::writer::{self, Draft};
 use super::HubError;
 use crate::inbox::{Record, StoredVerdict};
-use crate::rooms::{Cause, Publication, Views};
+use crate::rooms::{Cause, Publication, Views, Watchers};
 
 /// After this many consecutive failed hub writes the actor stops retrying until the next
 /// accepted event, so a write the referee keeps refusing cannot fill the inbox.
 const MAX_WRITE_FAILURES: u32 = 3;
+
+/// How many of its own drafts an actor remembers until they come back from the inbox.
+const MAX_DRAFTS: usize = 8;
 
 /// How long an idle actor keeps reading its mailbox after leaving the directory.
 const STOP_GRACE: Duration = Duration::from_millis(200);
@@ -82,9 +86,16 @@ pub struct GameActor {
     keys: writer::SeatKeys,
     /// The hash of an event the hub is writing on its own and has not seen adjudicated.
     writing: Option<String>,
+    /// Events this actor drafted (a hub-held seat's moves, the hub's own writes) that have
+    /// not come back from the inbox yet: when one does, byte for byte, it is not parsed,
+    /// hashed or its signature verified again.
+    drafts: VecDeque<Draft>,
     write_failures: u32,
     /// Answered when the game gets its start (`pair` waits on it).
     start_waiters: Vec<oneshot::Sender<()>>,
+    /// The phase and result of the game's listing entry as last written (they are all
+    /// that changes in it).
+    listed: Option<(Phase, Option<ResultView>)>,
     last_active: Instant,
 }
 
@@ -103,8 +114,10 @@ impl GameActor {
             lost: [false, false],
             keys: writer::SeatKeys::default(),
             writing: None,
+            drafts: VecDeque::new(),
             write_failures: 0,
             start_waiters: Vec::new(),
+            listed: None,
             last_active: Instant::now(),
         }
     }
@@ -115,9 +128,20 @@ impl GameActor {
 
     /// Offers one record to the chain. Returns the verdict and the event's hash.
     fn judge(&mut self, record: &Record) -> (ChainVerdict, Option<String>, Option<Event>) {
-        let event = match Event::parse(&record.raw) {
-            Ok(e) => e,
-            Err(r) => return (ChainVerdict::Rejected(r), None, None),
+        let own = self
+            .drafts
+            .iter()
+            .position(|d| d.raw == record.raw && Some(d.seat) == record.seat)
+            .and_then(|i| self.drafts.remove(i));
+        let (event, prepared) = match own {
+            Some(draft) => (draft.event, draft.prepared),
+            None => match Event::parse(&record.raw) {
+                Ok(e) => {
+                    let prepared = Prepared::of(&e);
+                    (e, prepared)
+                }
+                Err(r) => return (ChainVerdict::Rejected(r), None, None),
+            },
         };
         if event.game != self.game {
             return (
@@ -126,7 +150,6 @@ impl GameActor {
                 None,
             );
         }
-        let prepared = Prepared::of(&event);
         let was_started = self.chain.is_started();
         let mut verdict = self.chain.offer_prepared(&event, &prepared);
         if !was_started && matches!(verdict, ChainVerdict::Accepted { .. }) {
@@ -270,14 +293,20 @@ impl GameActor {
             self.write_failures += 1;
         }
         let capture = record.capture;
-        let views = self.views().map(Arc::new);
-        if let (ChainVerdict::Accepted { hash }, Some(views)) = (&verdict, &views) {
+        // The poster's view (a seat's, or the spectator's for an anonymous post) and, for an
+        // accepted event, those of whoever watches the game: nobody else's is built.
+        let watchers = match verdict {
+            ChainVerdict::Accepted { .. } => self.engine.rooms.watchers(&self.inbox, &self.game),
+            _ => Watchers::default(),
+        };
+        let views = self.views(watchers, Some(record.seat)).map(Arc::new);
+        if let ChainVerdict::Accepted { hash } = &verdict {
             self.publish(
                 Cause::Accepted {
                     seat: record.seat,
                     hash: hash.clone(),
                 },
-                views.clone(),
+                views.clone().unwrap_or_default(),
             );
         }
         let outcome = Outcome {
@@ -306,12 +335,14 @@ impl GameActor {
         });
     }
 
-    fn publish(&self, cause: Cause, views: Arc<Views>) {
+    /// Keeps the game's listing entry current, then hands the views that were built to the
+    /// room (when somebody watches).
+    fn publish(&mut self, cause: Cause, views: Arc<Views>) {
         let started = Instant::now();
-        self.engine.summaries.insert(
-            (self.inbox.clone(), self.game.clone()),
-            summary(&views.spectator),
-        );
+        self.list();
+        if views.x.is_none() && views.o.is_none() && views.spectator.is_none() {
+            return;
+        }
         self.engine.rooms.publish(Publication {
             inbox: self.inbox.clone(),
             game: self.game.clone(),
@@ -322,6 +353,42 @@ impl GameActor {
             .metrics
             .verdict_to_relay
             .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// Writes the game's listing entry when its phase or result changed since last time.
+    fn list(&mut self) {
+        let (protocol, phase, result) = match (self.chain.protocol(), self.chain.result()) {
+            (Some(p), Some(result)) => (
+                p.refs().first().copied().unwrap_or("").to_string(),
+                Phase::Started,
+                Some(ResultView::from(result)),
+            ),
+            _ => match self.registration() {
+                Some(reg) if !self.chain.is_skipped() => (
+                    reg.protocol,
+                    if reg.paired {
+                        Phase::Paired
+                    } else {
+                        Phase::Waiting
+                    },
+                    None,
+                ),
+                _ => return,
+            },
+        };
+        if self.listed == Some((phase, result)) {
+            return;
+        }
+        self.listed = Some((phase, result));
+        self.engine.summaries.insert(
+            (self.inbox.clone(), self.game.clone()),
+            GameSummary {
+                game: self.game.clone(),
+                protocol: Some(protocol),
+                phase,
+                result,
+            },
+        );
     }
 
     /// One viewer's state, or why there is none.
@@ -399,12 +466,20 @@ impl GameActor {
         Ok(st)
     }
 
-    /// Everyone's view, when the game has one.
-    fn views(&self) -> Option<Views> {
+    /// The views of the viewers in `watchers`, and of `poster` (a seat, or `None` for the
+    /// spectator) when there is one; `None` when the game has no state at all.
+    fn views(&self, watchers: Watchers, poster: Option<Option<Seat>>) -> Option<Views> {
+        let build = |viewer: Option<Seat>| {
+            if !watchers.watches(viewer) && poster != Some(viewer) {
+                return Ok(None);
+            }
+            let state = self.state(viewer.map_or(Viewer::Spectator, Viewer::Seat))?;
+            Ok::<_, HubError>(Some(SharedState::new(state)))
+        };
         Some(Views {
-            x: self.state(Viewer::Seat(Seat::X)).ok()?,
-            o: self.state(Viewer::Seat(Seat::O)).ok()?,
-            spectator: self.state(Viewer::Spectator).ok()?,
+            x: build(Some(Seat::X)).ok()?,
+            o: build(Some(Seat::O)).ok()?,
+            spectator: build(None).ok()?,
         })
     }
 
@@ -440,6 +515,7 @@ impl GameActor {
             if reg.paired && reg.hub_writes_start() && !self.chain.is_skipped() {
                 let draft =
                     writer::finish(secret, &self.inbox, writer::start_event(&reg), reg.signed);
+                self.remember(&draft);
                 self.spawn_write(draft, ctx);
             }
             return;
@@ -493,7 +569,17 @@ impl GameActor {
         } else {
             None
         };
-        writer::finish_with(key, event)
+        let draft = writer::finish_with(key, event);
+        self.remember(&draft);
+        draft
+    }
+
+    /// Keeps a copy of a draft until it comes back from the inbox (see `drafts`).
+    fn remember(&mut self, draft: &Draft) {
+        if self.drafts.len() == MAX_DRAFTS {
+            self.drafts.pop_front();
+        }
+        self.drafts.push_back(draft.clone());
     }
 
     fn spawn_write(&mut self, draft: Draft, ctx: &mut Context<Self>) {
@@ -532,12 +618,7 @@ impl GameActor {
                 self.settle(&record);
             }
         }
-        if let Some(views) = self.views() {
-            self.engine.summaries.insert(
-                (self.inbox.clone(), self.game.clone()),
-                summary(&views.spectator),
-            );
-        }
+        self.list();
     }
 }
 

@@ -233,7 +233,7 @@ impl Hub {
                 capture: None,
                 hash: None,
                 verdict: Verdict::Held,
-                state: Some(*state),
+                state: Some(super::SharedState::new(*state)),
                 refusal: None,
             }),
         }
@@ -423,7 +423,7 @@ impl Hub {
                 capture: Some(capture),
                 hash: o.hash.or_else(|| Some(hash())),
                 verdict: o.verdict,
-                state: o.views.map(|v| v.for_seat(seat).clone()),
+                state: o.views.and_then(|v| v.for_seat(seat).cloned()),
                 refusal: o.refusal,
             },
             None => Posted {
