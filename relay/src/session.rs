@@ -531,19 +531,29 @@ impl Reply {
     }
 }
 
+/// One frame handed to the socket: at once when its buffer has room (the usual case, and
+/// then no timer is armed), else within [`WRITE_TIMEOUT`]. False when it could not be.
+async fn within_timeout<E>(send: impl std::future::Future<Output = Result<(), E>>) -> bool {
+    let mut send = std::pin::pin!(send);
+    match futures_util::FutureExt::now_or_never(&mut send) {
+        Some(sent) => sent.is_ok(),
+        None => matches!(tokio::time::timeout(WRITE_TIMEOUT, send).await, Ok(Ok(()))),
+    }
+}
+
 /// The writer: drains the queue into the socket, each frame within [`WRITE_TIMEOUT`].
 async fn write(mut socket: actix_ws::Session, mut rx: mpsc::Receiver<Out>) {
     while let Some(out) = rx.recv().await {
         let sent = match out {
-            Out::Text(text) => tokio::time::timeout(WRITE_TIMEOUT, socket.text(text)).await,
-            Out::Ping => tokio::time::timeout(WRITE_TIMEOUT, socket.ping(b"")).await,
-            Out::Pong(bytes) => tokio::time::timeout(WRITE_TIMEOUT, socket.pong(&bytes)).await,
+            Out::Text(text) => within_timeout(socket.text(text)).await,
+            Out::Ping => within_timeout(socket.ping(b"")).await,
+            Out::Pong(bytes) => within_timeout(socket.pong(&bytes)).await,
             Out::Close(reason) => {
                 let _ = tokio::time::timeout(WRITE_TIMEOUT, socket.close(Some(reason))).await;
                 return;
             }
         };
-        if !matches!(sent, Ok(Ok(()))) {
+        if !sent {
             return;
         }
     }

@@ -496,6 +496,13 @@ impl GameActor {
         if self.writing.is_some() || self.write_failures >= MAX_WRITE_FAILURES {
             return;
         }
+        // A started game is owed something only while it is custodial and not over: most
+        // games are decided here, before the registration is read.
+        if let (Some(p), Some(board)) = (self.chain.protocol(), self.chain.board()) {
+            if board.outcome().is_over() || !custody::is_custodial(p.as_ref()) {
+                return;
+            }
+        }
         let Some(reg) = self.registration() else {
             return;
         };
