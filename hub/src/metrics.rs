@@ -64,6 +64,9 @@ pub struct Metrics {
     /// `pipehub_consumer_backlog_records{shard}`: durable records of a shard not yet
     /// routed to their actor.
     pub consumer_backlog: IntGaugeVec,
+    /// `pipehub_consumer_running{shard}`: 1 while this node's consumer reads the shard
+    /// (on a cluster node: while it holds the shard's lease), else 0.
+    pub consumer_running: IntGaugeVec,
     /// `pipehub_held_choices`: rock-paper-scissors choices held for their seat's turn.
     pub held_choices: IntGauge,
     /// `pipehub_cluster_shards_owned`: shard leases this node holds (Redis backend).
@@ -192,6 +195,11 @@ impl Metrics {
             consumer_backlog: gauge_vec(
                 "pipehub_consumer_backlog_records",
                 "Durable records of a shard not yet routed to their game actor.",
+                &["shard"],
+            )?,
+            consumer_running: gauge_vec(
+                "pipehub_consumer_running",
+                "1 while this node's consumer reads the shard (its lease holder in a cluster).",
                 &["shard"],
             )?,
             held_choices: gauge(

@@ -38,14 +38,33 @@ pub fn relay(state: &AppState, rooms: ::relay::Rooms) -> ::relay::Relay {
     ::relay::Relay::new(Arc::new(games), rooms)
 }
 
-/// The engine's rooms, feeding the relay's.
+/// The engine's rooms, feeding the relay's, and in a cluster the other nodes' rooms.
 pub struct HubRooms {
     rooms: ::relay::Rooms,
+    others: Option<Arc<dyn OtherNodes>>,
+}
+
+/// Where a cluster node hands each publication for the rooms of the other nodes.
+pub trait OtherNodes: Send + Sync {
+    /// Must not block: the actor is adjudicating meanwhile.
+    fn send(&self, inbox: &str, game: &str, delivery: &::relay::Delivery);
+
+    /// False while there is no other node to send to.
+    fn wanted(&self) -> bool;
 }
 
 impl HubRooms {
     pub fn new(rooms: ::relay::Rooms) -> HubRooms {
-        HubRooms { rooms }
+        HubRooms {
+            rooms,
+            others: None,
+        }
+    }
+
+    /// Also hands every publication to the other nodes of a cluster.
+    pub fn with_others(mut self, others: Arc<dyn OtherNodes>) -> HubRooms {
+        self.others = Some(others);
+        self
     }
 }
 
@@ -55,6 +74,7 @@ fn frame(state: &SharedState) -> Result<StateFrame, serde_json::Error> {
 
 impl Rooms for HubRooms {
     fn publish(&self, publication: Publication) {
+        let others = self.others.as_ref().filter(|o| o.wanted());
         let views = &publication.views;
         let encode = |view: &Option<std::sync::Arc<SharedState>>| match view {
             Some(state) => frame(state).map(Some),
@@ -79,11 +99,19 @@ impl Rooms for HubRooms {
             cause,
             views: ::relay::Views { x, o, spectator },
         };
+        if let Some(others) = others {
+            others.send(&publication.inbox, &publication.game, &delivery);
+        }
         self.rooms
             .publish(&publication.inbox, &publication.game, delivery);
     }
 
     fn watchers(&self, inbox: &str, game: &str) -> Watchers {
+        // Which viewers other nodes' sockets are is not known here: every view is built
+        // while there are other nodes to send it to.
+        if self.others.as_ref().is_some_and(|o| o.wanted()) {
+            return Watchers::ALL;
+        }
         self.rooms.watchers(inbox, game)
     }
 }

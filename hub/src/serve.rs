@@ -94,7 +94,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .clone()
         .map(|c| c as crate::cluster::SharedOwnership);
     let ws_rooms = ::relay::Rooms::new();
-    let rooms = Arc::new(HubRooms::new(ws_rooms.clone()));
+    let mut rooms = HubRooms::new(ws_rooms.clone());
+    if let Some(c) = &cluster {
+        // Each publication also goes to the other nodes' rooms (Redis pub/sub).
+        let others = crate::cluster::relay::Publisher::start(
+            c.node(),
+            c.shards(),
+            c.live_nodes(),
+            c.connection(),
+        );
+        rooms = rooms.with_others(others);
+    }
+    let rooms = Arc::new(rooms);
     let hub = Hub::open(hub_config, inbox.clone(), meta, metrics.clone(), rooms).await?;
     let mut events = EventLimiter::new(config.rate_limit);
     let mut pairing = PairingLimiter::new(config.pairing_limit);
@@ -112,6 +123,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let (leases_stop, leases_stop_rx) = tokio::sync::watch::channel(false);
     let leases = cluster.map(|c| {
         tracing::info!(node = c.node(), "cluster node: taking shard leases");
+        tokio::spawn(crate::cluster::relay::subscribe(
+            c.url().to_string(),
+            c.node().to_string(),
+            ws_rooms.clone(),
+            hub.clone(),
+            leases_stop_rx.clone(),
+        ));
         tokio::spawn(c.run(hub.clone(), leases_stop_rx))
     });
 
@@ -207,6 +225,7 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         let cluster = crate::cluster::RedisCluster::new(
             inbox.connection(),
             blocking,
+            url,
             inbox.shards(),
             metrics.clone(),
         );

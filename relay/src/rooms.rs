@@ -186,6 +186,15 @@ impl Rooms {
         delivered
     }
 
+    /// The (inbox, game) of every room, e.g. to send each its current state again.
+    pub fn games(&self) -> Vec<(String, String)> {
+        self.inner
+            .rooms
+            .iter()
+            .map(|r| (r.key().0.to_string(), r.key().1.to_string()))
+            .collect()
+    }
+
     /// How many games have a room.
     pub fn len(&self) -> usize {
         self.inner.rooms.len()

@@ -1,7 +1,9 @@
 //! Several hub nodes on one private Redis act as one hub: games created, paired and played
 //! through all of them, WebSocket subscribers on one node fed by moves posted to another,
 //! `kill -9` of a node with its shards moving to the survivors and nothing acknowledged
-//! lost, and a paused owner fenced out of writing verdicts after its lease moved on.
+//! lost, and a paused owner fenced out of writing verdicts after its lease moved on. Each
+//! shard has exactly one adjudicator: only its lease holder consumes it and judges its
+//! records; another node that receives an event answers with the owner's verdict.
 
 mod redis_support;
 
@@ -11,7 +13,8 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use pipehub_tests::{Client, Hub};
 use redis_support::{
-    await_owners, node, node_with, owned, verdict_fences, Game, RedisServer, SHARDS,
+    await_one_consumer_per_shard, await_owners, counter_sum, lease_holder, node, node_id,
+    node_with, owned, verdict_fences, Game, RedisServer, SHARDS,
 };
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -195,17 +198,6 @@ fn signal(hub: &Hub, sig: &str) {
     assert!(ok.success());
 }
 
-/// The node id in a node's log (`cluster node: taking shard leases node=…`).
-fn node_id(hub: &Hub) -> String {
-    let log = hub.log();
-    let at = log.find("node=").expect("the node logs its id");
-    log[at + 5..]
-        .trim_start_matches('"')
-        .chars()
-        .take_while(|c| c.is_ascii_hexdigit())
-        .collect()
-}
-
 #[test]
 fn a_paused_owner_is_fenced_and_two_nodes_never_share_a_shard() {
     let redis = RedisServer::start();
@@ -216,8 +208,7 @@ fn a_paused_owner_is_fenced_and_two_nodes_never_share_a_shard() {
     let g = Game::new(&client, &nodes[0], &nodes[1], "fence");
     let first = g.play_until_accepted(&client, &nodes[1], 0);
     let shard = first.split(':').next().expect("shard:pos").to_string();
-    let lease = redis.cli(&["GET", &format!("ph:lease:{shard}")]);
-    let (owner_id, _) = lease.trim().split_once(':').expect("a lease node:fence");
+    let owner_id = lease_holder(&redis, &shard);
     let (paused, live) = if node_id(&nodes[0]) == owner_id {
         (&nodes[0], &nodes[1])
     } else {
@@ -230,8 +221,11 @@ fn a_paused_owner_is_fenced_and_two_nodes_never_share_a_shard() {
     let second = g.play_until_accepted(&client, live, 1);
     assert_eq!(g.await_verdict(&client, live, &second), "accepted");
     signal(paused, "-CONT");
-    // The resumed node finds its leases gone and takes back only its fair share.
+    // The resumed node finds its leases gone and takes back only its fair share; its
+    // consumers of the shards it lost stopped reading.
     await_owners(&client, &all, Duration::from_secs(20));
+    let ids = [node_id(&nodes[0]), node_id(&nodes[1])];
+    await_one_consumer_per_shard(&client, &redis, &all, &ids);
     for i in 2..5 {
         g.play_until_accepted(&client, &nodes[i % 2], i);
     }
@@ -365,7 +359,8 @@ fn rock_paper_scissors_custody_across_nodes() {
         .unwrap_or_default()
         .to_string();
     let moves = format!("/v1/inboxes/rps/games/{game}/moves");
-    // O chooses early on node 2: held there. X chooses on node 1: committed at once.
+    // O chooses early on node 2: held by the shard's owner (node 2 hands it over unless it
+    // is the owner). X chooses on node 1: committed at once.
     let held = client.post(&nodes[2].url(&moves), Some(&o), &json!({"choice": "paper"}));
     assert_eq!(held.status, 202, "{}", held.body);
     assert_eq!(held.json()["verdict"], json!("held"));
@@ -375,7 +370,7 @@ fn rock_paper_scissors_custody_across_nodes() {
         &json!({"move": {"choice": "scissors"}}),
     );
     assert_eq!(commit.status, 201, "{}", commit.body);
-    // Node 2 commits the choice it holds; the owner reveals both; every node sees it.
+    // The owner commits the choice it holds and reveals both; every node sees it.
     for hub in &nodes {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -420,4 +415,181 @@ fn failed_pairing_attempts_share_one_budget_across_the_nodes() {
     // Ten failures a minute per address, counted across both nodes.
     assert_eq!(statuses[..10], [404; 10], "{statuses:?}");
     assert_eq!(statuses[10..], [429, 429], "{statuses:?}");
+}
+
+fn start_event(game: &str) -> Value {
+    json!({"game": game, "seq": 0, "prevHash": "", "player": "X", "action": "start",
+           "protocol": "pipehub:tic-tac-toe"})
+}
+
+fn move_event(game: &str, seq: u64, head: &str, player: &str, col: u64) -> Value {
+    json!({"game": game, "seq": seq, "prevHash": head, "player": player,
+           "action": "move", "move": {"row": if player == "X" { 0 } else { 1 }, "col": col}})
+}
+
+#[test]
+fn a_node_that_does_not_own_a_shard_answers_with_the_owners_verdict() {
+    let redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis)];
+    let all: Vec<&Hub> = nodes.iter().collect();
+    let client = Client::new();
+    await_owners(&client, &all, Duration::from_secs(15));
+    let ids = [node_id(&nodes[0]), node_id(&nodes[1])];
+    await_one_consumer_per_shard(&client, &redis, &all, &ids);
+    let url = nodes[1].url("/v1/inboxes/whole/events");
+    // Whole events posted to node 1 for a game whose shard node 0 owns.
+    let (game, shard, mut head) = (0..64)
+        .find_map(|k| {
+            let game = format!("w{k}");
+            let r = client.post(&url, None, &start_event(&game));
+            assert_eq!(r.status, 201, "{}", r.body);
+            let capture = r.json()["capture"].as_str().unwrap_or_default().to_string();
+            let shard = capture.split(':').next().unwrap_or_default().to_string();
+            let hash = r.json()["hash"].as_str().unwrap_or_default().to_string();
+            (lease_holder(&redis, &shard) == ids[0]).then_some((game, shard, hash))
+        })
+        .expect("a game on a shard of node 0");
+    let shard_no: u32 = shard.parse().expect("a shard number");
+    let judged = [
+        counter_sum(&client, &nodes[0], "pipehub_events_total"),
+        counter_sum(&client, &nodes[1], "pipehub_events_total"),
+    ];
+    let mut captures = Vec::new();
+    for (seq, player, col) in [(1, "X", 0), (2, "O", 0), (3, "X", 1)] {
+        let ev = move_event(&game, seq, &head, player, col);
+        let r = client.post(&url, None, &ev);
+        assert_eq!(r.status, 201, "move {seq}: {}", r.body);
+        assert_eq!(r.json()["verdict"], json!("accepted"));
+        assert_eq!(r.json()["state"]["seq"], json!(seq), "{}", r.body);
+        head = r.json()["hash"].as_str().unwrap_or_default().to_string();
+        captures.push(r.json()["capture"].as_str().unwrap_or_default().to_string());
+    }
+    // A stale event: refused by the owner, with its reason and the current state.
+    let stale = client.post(&url, None, &move_event(&game, 2, &head, "O", 2));
+    assert_eq!(stale.status, 422, "{}", stale.body);
+    assert_eq!(stale.error(), "stale_seq");
+    assert_eq!(stale.json()["state"]["seq"], json!(3), "{}", stale.body);
+    // Node 0 judged all four; node 1 judged none, and reads what node 0 recorded.
+    assert_eq!(
+        counter_sum(&client, &nodes[0], "pipehub_events_total") - judged[0],
+        4
+    );
+    assert_eq!(
+        counter_sum(&client, &nodes[1], "pipehub_events_total") - judged[1],
+        0,
+        "node 1 adjudicated a record of a shard it does not own"
+    );
+    for capture in &captures {
+        let r = client.get(&nodes[1].url(&format!("/v1/inboxes/whole/events/{capture}")));
+        assert_eq!(r.json()["verdict"], json!("accepted"), "{}", r.body);
+    }
+    let st = client.get(&nodes[1].url(&format!("/v1/inboxes/whole/games/{game}")));
+    assert_eq!(st.json()["seq"], json!(3), "{}", st.body);
+    // Only node 0 reads the shard.
+    assert_eq!(
+        redis_support::consuming(&client, &all, shard_no),
+        vec![1, 0]
+    );
+}
+
+#[test]
+fn sockets_on_a_node_that_does_not_adjudicate_get_only_their_own_seats_view() {
+    let redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis)];
+    let all: Vec<&Hub> = nodes.iter().collect();
+    let client = Client::new();
+    await_owners(&client, &all, Duration::from_secs(15));
+    let body = json!({"protocol": "pipehub:rock-paper-scissors", "rules": {"bestOf": 1}});
+    let g = pipehub_tests::Seated::create_and_pair(&client, &nodes[0], &nodes[0], "rps2", &body);
+    // The hub writes the start once O paired: its capture names the game's shard.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        let list = client.get(&nodes[0].url(&format!("/v1/inboxes/rps2/events?game={}", g.game)));
+        if let Some(c) = list.json()["items"][0]["capture"].as_str() {
+            break c.to_string();
+        }
+        assert!(Instant::now() < deadline, "no start: {}", list.body);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let shard = first.split(':').next().unwrap_or_default().to_string();
+    let owner = lease_holder(&redis, &shard);
+    let (owner, other) = if node_id(&nodes[0]) == owner {
+        (&nodes[0], &nodes[1])
+    } else {
+        (&nodes[1], &nodes[0])
+    };
+    let judged = counter_sum(&client, other, "pipehub_events_total");
+    let ws_url = other.url("/v1/ws").replace("http://", "ws://");
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let (x_frames, o_frames) = rt.block_on(async {
+        let (mut x, _) = tokio_tungstenite::connect_async(&ws_url).await.expect("ws");
+        let (mut o, _) = tokio_tungstenite::connect_async(&ws_url).await.expect("ws");
+        for (ws, token) in [(&mut x, &g.x), (&mut o, &g.o)] {
+            ws.send(Message::text(
+                json!({"t": "hello", "token": token}).to_string(),
+            ))
+            .await
+            .expect("hello");
+            next_state(ws, |v| v["seq"] == json!(0)).await;
+        }
+        // O chooses first (held by the owner), then X: the owner commits both and
+        // reveals both; the sockets on the other node hear every step.
+        o.send(Message::text(
+            json!({"t": "game.move", "move": {"choice": "rock"}, "ref": "o1"}).to_string(),
+        ))
+        .await
+        .expect("O's choice");
+        let held = next_state(&mut o, |v| v["ref"] == json!("o1")).await;
+        assert!(
+            held.to_string().contains("rock"),
+            "O sees its held choice: {held}"
+        );
+        x.send(Message::text(
+            json!({"t": "game.move", "move": {"choice": "paper"}, "ref": "x1"}).to_string(),
+        ))
+        .await
+        .expect("X's choice");
+        let mut frames = Vec::new();
+        for ws in [&mut x, &mut o] {
+            let mut seen = Vec::new();
+            loop {
+                let v = next_state(ws, |_| true).await;
+                seen.push(v.clone());
+                if v["result"]["status"] == json!("win") {
+                    assert_eq!(v["result"]["winner"], json!("X"), "{v}");
+                    break;
+                }
+            }
+            frames.push(seen);
+        }
+        let o_frames = frames.pop().unwrap_or_default();
+        let x_frames = frames.pop().unwrap_or_default();
+        (x_frames, o_frames)
+    });
+    // Reveals are X's (seq 3) then O's (seq 4): before its reveal, a seat's choice is in
+    // no other seat's view.
+    let leaks = |frames: &[Value], seat: &str, before: u64, word: &str| {
+        for f in frames {
+            assert_eq!(f["seat"], json!(seat), "a view for another seat: {f}");
+            let mut f = f.clone();
+            if let Some(state) = f.as_object_mut() {
+                state.remove("protocol"); // the protocol's name mentions every choice
+            }
+            if f["seq"].as_u64().is_some_and(|s| s < before) {
+                assert!(!f.to_string().contains(word), "{word} leaked: {f}");
+            }
+        }
+    };
+    leaks(&x_frames, "X", 4, "rock");
+    leaks(&o_frames, "O", 3, "paper");
+    assert!(
+        x_frames.iter().any(|f| f["seq"] == json!(2)),
+        "X's socket heard the commits adjudicated on the other node: {x_frames:?}"
+    );
+    assert_eq!(
+        counter_sum(&client, other, "pipehub_events_total"),
+        judged,
+        "the node with the sockets adjudicated nothing"
+    );
+    assert!(counter_sum(&client, owner, "pipehub_events_total") >= 5);
 }

@@ -2,7 +2,8 @@
 //!
 //! One task per node runs [`RedisCluster::run`]: every [`RENEW_EVERY`] it renews the
 //! leases it holds, drops a lease it holds beyond its fair share, and takes free leases up
-//! to its fair share. A second task follows the intent streams of the shards it owns.
+//! to its fair share. A second task follows the intent streams of the shards it owns, and
+//! a third the verdict streams of the shards it does not own ([`super::verdicts`]).
 //! [`Ownership::owns`] answers from memory, and stops answering true once [`LEASE_TTL`]
 //! has passed since the last renewal this node saw succeed, so a node cut off from Redis
 //! stops writing for its shards on its own (Redis fencing refuses its verdicts anyway).
@@ -26,8 +27,6 @@ use crate::metrics::Metrics;
 pub const LEASE_TTL: Duration = Duration::from_secs(3);
 /// How often leases are renewed and free ones sought.
 pub const RENEW_EVERY: Duration = Duration::from_millis(750);
-/// A new owner looks this far back in a shard for captures without a recorded verdict.
-const TAKEOVER_WINDOW: u64 = 4096;
 /// Intent streams keep about this many entries.
 const INTENT_MAXLEN: u64 = 1000;
 const NODES: &str = "ph:nodes";
@@ -56,6 +55,8 @@ type IntentStream = (String, Vec<(String, Vec<String>)>);
 struct Held {
     value: String,
     renewed: Instant,
+    /// Set once this node's consumer took the shard over; only then does it adjudicate.
+    adjudicating: bool,
 }
 
 /// This node's view of the cluster. See the module documentation.
@@ -64,8 +65,14 @@ pub struct RedisCluster {
     con: ConnectionManager,
     /// A connection of its own for blocking reads, which would stall the shared one.
     blocking: ConnectionManager,
+    /// Where Redis is, for the connections of the verdict feed and the relay.
+    url: String,
     shards: u32,
     held: Vec<Mutex<Option<Held>>>,
+    /// Per shard: the last position whose verdict this node saw recorded.
+    seen: Vec<watch::Sender<u64>>,
+    /// How many live nodes the last lease round counted (this one included).
+    live: Arc<std::sync::atomic::AtomicU32>,
     metrics: Arc<Metrics>,
 }
 
@@ -81,6 +88,7 @@ impl RedisCluster {
     pub fn new(
         con: ConnectionManager,
         blocking: ConnectionManager,
+        url: &str,
         shards: u32,
         metrics: Arc<Metrics>,
     ) -> Arc<RedisCluster> {
@@ -90,8 +98,11 @@ impl RedisCluster {
             node: hex::encode(id),
             con,
             blocking,
+            url: url.to_string(),
             shards,
             held: (0..shards).map(|_| Mutex::new(None)).collect(),
+            seen: (0..shards).map(|_| watch::channel(0).0).collect(),
+            live: Arc::new(std::sync::atomic::AtomicU32::new(1)),
             metrics,
         })
     }
@@ -106,21 +117,55 @@ impl RedisCluster {
         &self.node
     }
 
+    /// The Redis URL the nodes share.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// How many live nodes the last lease round counted, shared (the relay publishes
+    /// nothing for other nodes while this node is alone).
+    pub fn live_nodes(&self) -> Arc<std::sync::atomic::AtomicU32> {
+        self.live.clone()
+    }
+
+    /// The store's shard count.
+    pub fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    /// Notes that `shard`'s verdict for `pos` was recorded (the verdict feed calls this).
+    pub fn saw_verdict(&self, shard: u32, pos: u64) {
+        if let Some(tx) = self.seen.get(shard as usize) {
+            tx.send_if_modified(|p| {
+                let newer = pos > *p;
+                if newer {
+                    *p = pos;
+                }
+                newer
+            });
+        }
+    }
+
     fn owned_count(&self) -> u32 {
-        (0..self.shards).filter(|s| self.owns(*s)).count() as u32
+        (0..self.shards).filter(|s| self.leased(*s)).count() as u32
     }
 
     /// Keeps the leases until `stop` turns true, then releases them so the survivors take
     /// over at once rather than after a lease lifetime.
     pub async fn run(self: Arc<Self>, hub: Hub, mut stop: watch::Receiver<bool>) {
         tokio::spawn(self.clone().follow_intents(hub.clone(), stop.clone()));
+        tokio::spawn(super::verdicts::follow(
+            self.clone(),
+            hub.clone(),
+            stop.clone(),
+        ));
         let mut tick = tokio::time::interval(RENEW_EVERY);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.changed() => break,
             }
-            match self.round(&hub).await {
+            match self.round().await {
                 Ok(()) => self.metrics.store_up.set(1),
                 Err(e) => {
                     self.metrics.store_up.set(0);
@@ -142,7 +187,7 @@ impl RedisCluster {
             .await;
     }
 
-    async fn round(&self, hub: &Hub) -> redis::RedisResult<()> {
+    async fn round(&self) -> redis::RedisResult<()> {
         let mut con = self.con.clone();
         let ttl_ms = LEASE_TTL.as_millis() as u64;
         let now = now_ms();
@@ -162,6 +207,8 @@ impl RedisCluster {
             .query_async::<(u32,)>(&mut con)
             .await?
             .0;
+        self.live
+            .store(live.max(1), std::sync::atomic::Ordering::Relaxed);
         let fair = self.shards.div_ceil(live.max(1));
         for shard in 0..self.shards {
             let value = self.held[shard as usize]
@@ -208,12 +255,10 @@ impl RedisCluster {
                     *self.held[shard as usize].lock() = Some(Held {
                         value,
                         renewed: Instant::now(),
+                        adjudicating: false,
                     });
+                    // The shard's consumer on this node sees the lease and takes over.
                     owned += 1;
-                    let high = hub.shard_high(shard);
-                    let from = high.saturating_sub(TAKEOVER_WINDOW) + 1;
-                    let hub = hub.clone();
-                    tokio::spawn(async move { hub.take_over(shard, from).await });
                 }
             }
         }
@@ -280,6 +325,11 @@ impl RedisCluster {
                     continue;
                 };
                 for (id, fields) in entries {
+                    // The shard may have passed to another node while this read blocked:
+                    // that node reads the recent intents again and runs them.
+                    if !self.owns(shard as u32) {
+                        break;
+                    }
                     if let Some(slot) = last.get_mut(shard) {
                         *slot = id;
                     }
@@ -288,7 +338,7 @@ impl RedisCluster {
                         .filter_map(|p| Some((p.first()?.clone(), p.get(1)?.clone())))
                         .collect();
                     let field = |n: &str| pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v);
-                    if field("k").is_some_and(|k| k == "w") {
+                    if field("k").is_some_and(|k| k == "w" || k == "c") {
                         tokio::spawn(super::writes::run(hub.clone(), self.con.clone(), pairs));
                     } else if let (Some(inbox), Some(game)) = (field("i"), field("g")) {
                         let (hub, inbox, game) = (hub.clone(), inbox.clone(), game.clone());
@@ -301,28 +351,66 @@ impl RedisCluster {
 }
 
 impl Fence for RedisCluster {
+    /// The value last taken or renewed, even when this node's renewal is late: Redis
+    /// compares it with the lease inside the script that records a verdict, so a verdict
+    /// is refused exactly when the lease really moved on, not when this node was slow.
     fn lease_value(&self, shard: u32) -> Option<String> {
         let held = self.held.get(shard as usize)?.lock();
-        held.as_ref()
-            .filter(|h| h.renewed.elapsed() < LEASE_TTL)
-            .map(|h| h.value.clone())
+        held.as_ref().map(|h| h.value.clone())
     }
 }
 
 #[async_trait]
 impl Ownership for RedisCluster {
     fn owns(&self, shard: u32) -> bool {
-        self.lease_value(shard).is_some()
+        let Some(held) = self.held.get(shard as usize) else {
+            return false;
+        };
+        held.lock()
+            .as_ref()
+            .is_some_and(|h| h.adjudicating && h.renewed.elapsed() < LEASE_TTL)
+    }
+
+    fn leased(&self, shard: u32) -> bool {
+        let Some(held) = self.held.get(shard as usize) else {
+            return false;
+        };
+        held.lock()
+            .as_ref()
+            .is_some_and(|h| h.renewed.elapsed() < LEASE_TTL)
+    }
+
+    fn adjudicating_under(&self, shard: u32) -> Option<String> {
+        let held = self.held.get(shard as usize)?.lock();
+        held.as_ref()
+            .filter(|h| h.adjudicating && h.renewed.elapsed() < LEASE_TTL)
+            .map(|h| h.value.clone())
+    }
+
+    fn adjudicate(&self, shard: u32) {
+        if let Some(held) = self.held.get(shard as usize) {
+            if let Some(h) = held.lock().as_mut() {
+                h.adjudicating = true;
+            }
+        }
     }
 
     async fn forward_write(
         &self,
         shard: u32,
         target: (&str, &str, games::Seat),
-        mv: Option<&serde_json::Value>,
+        what: super::Forward<'_>,
         wait: Duration,
-    ) -> Result<(crate::inbox::Capture, String), crate::game::HubError> {
-        super::writes::forward(&self.con, shard, target, mv, wait).await
+    ) -> Result<super::Forwarded, crate::game::HubError> {
+        super::writes::forward(&self.con, shard, target, what, wait).await
+    }
+
+    async fn covered(&self, shard: u32) -> Result<u64, crate::inbox::StoreError> {
+        super::verdicts::covered(&mut self.con.clone(), shard).await
+    }
+
+    fn verdicts_seen(&self, shard: u32) -> Option<watch::Receiver<u64>> {
+        self.seen.get(shard as usize).map(|tx| tx.subscribe())
     }
 
     async fn hand_over(&self, shard: u32, inbox: &str, game: &str) {

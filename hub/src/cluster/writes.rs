@@ -1,11 +1,13 @@
 //! Hub-held writes handed to the shard's owner through the intent stream.
 //!
-//! A node that receives a hub-held seat's move (or resign) for a game whose shard it does
-//! not own does not draft it itself: it adds a write intent (`k=w`, the seat, the move, a
-//! fresh request id, the time) to the shard's intent stream and waits, polling
-//! `ph:r:{id}`, for the owner's reply: the capture and hash of the event the owner drafted
-//! from its actor's head and appended, or the refusal. Then it waits for that capture's
-//! verdict like any poster.
+//! A node that receives a hub-held seat's move (or resign, or rock-paper-scissors choice)
+//! for a game whose shard it does not own does not draft it itself: it adds a write intent
+//! (`k=w` with the move, or `k=c` with the choice; the seat, a fresh request id, the time)
+//! to the shard's intent stream and waits, polling `ph:r:{id}`, for the owner's reply: the
+//! capture and hash of the event the owner drafted from its actor's head and appended, a
+//! choice the owner now holds for the seat's turn, or the refusal. Then it waits for that
+//! capture's verdict like any poster. Choices go to the owner because only the game's
+//! adjudicator sees the turn come round on which a held choice must be committed.
 //!
 //! The owner runs each intent at most once: it claims `ph:r:{id}` with `SET NX` before it
 //! drafts, and skips intents older than [`INTENT_TTL`] (a new owner reads the recent intent
@@ -23,6 +25,7 @@ use rand::RngCore;
 use redis::aio::ConnectionManager;
 use serde_json::{json, Value};
 
+use super::{Forward, Forwarded};
 use crate::game::{Hub, HubError};
 use crate::inbox::redis::keys;
 use crate::inbox::Capture;
@@ -47,15 +50,18 @@ pub async fn forward(
     con: &ConnectionManager,
     shard: u32,
     (inbox, game, seat): (&str, &str, Seat),
-    mv: Option<&Value>,
+    what: Forward<'_>,
     wait: Duration,
-) -> Result<(Capture, String), HubError> {
+) -> Result<Forwarded, HubError> {
     let mut con = con.clone();
     let mut raw = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut raw);
     let id = hex::encode(raw);
     let store = |e: redis::RedisError| HubError::Unavailable(format!("redis: {e}"));
-    let mv = mv.map(Value::to_string).unwrap_or_default();
+    let (kind, mv) = match what {
+        Forward::Move(mv) => ("w", mv.map(Value::to_string).unwrap_or_default()),
+        Forward::Choice(choice) => ("c", choice.to_string()),
+    };
     let _: String = redis::cmd("XADD")
         .arg(keys::intents(shard))
         .arg("MAXLEN")
@@ -67,7 +73,7 @@ pub async fn forward(
         .arg("g")
         .arg(game)
         .arg("k")
-        .arg("w")
+        .arg(kind)
         .arg("s")
         .arg(seat.as_str())
         .arg("m")
@@ -98,14 +104,17 @@ pub async fn forward(
     }
 }
 
-fn decode(reply: &str) -> Result<(Capture, String), HubError> {
+fn decode(reply: &str) -> Result<Forwarded, HubError> {
     let v: Value = serde_json::from_str(reply)
         .map_err(|_| HubError::Unavailable("an unreadable reply from the owner".into()))?;
     if let (Some(c), Some(h)) = (v["c"].as_str(), v["h"].as_str()) {
-        let capture = c
+        let capture: Capture = c
             .parse()
             .map_err(|_| HubError::Unavailable("an unreadable capture from the owner".into()))?;
-        return Ok((capture, h.to_string()));
+        return Ok(Forwarded::Appended(capture, h.to_string()));
+    }
+    if v["held"] == Value::Bool(true) {
+        return Ok(Forwarded::Held);
     }
     let code = v["e"].as_str().unwrap_or("unavailable");
     let detail = v["d"].as_str().map(str::to_string);
@@ -156,15 +165,24 @@ pub async fn run(hub: Hub, mut con: ConnectionManager, fields: Vec<(String, Stri
     if claimed.is_none() {
         return; // another run of this intent (a re-read after an owner change) has it
     }
-    let mv = match field("m").filter(|m| !m.is_empty()) {
-        Some(m) => match serde_json::from_str::<Value>(m) {
-            Ok(v) => Some(v),
-            Err(_) => return,
-        },
-        None => None,
+    let written = if field("k") == Some("c") {
+        let choice = field("m").unwrap_or_default();
+        hub.choose_intent(inbox, game, seat, choice).await
+    } else {
+        let mv = match field("m").filter(|m| !m.is_empty()) {
+            Some(m) => match serde_json::from_str::<Value>(m) {
+                Ok(v) => Some(v),
+                Err(_) => return,
+            },
+            None => None,
+        };
+        hub.write_intent(inbox, game, seat, mv)
+            .await
+            .map(|(c, h)| Forwarded::Appended(c, h))
     };
-    let reply = match hub.write_intent(inbox, game, seat, mv).await {
-        Ok((capture, hash)) => json!({"c": capture.to_string(), "h": hash}),
+    let reply = match written {
+        Ok(Forwarded::Appended(capture, hash)) => json!({"c": capture.to_string(), "h": hash}),
+        Ok(Forwarded::Held) => json!({"held": true}),
         Err(e) => json!({"e": e.code(), "d": e.detail()}),
     };
     let stored: redis::RedisResult<()> = redis::cmd("SET")
@@ -186,7 +204,11 @@ mod tests {
     #[test]
     fn replies_decode_to_captures_and_errors() {
         let ok = decode(r#"{"c":"3:9","h":"ab"}"#).expect("a capture");
-        assert_eq!(ok, (Capture { shard: 3, pos: 9 }, "ab".to_string()));
+        assert_eq!(
+            ok,
+            Forwarded::Appended(Capture { shard: 3, pos: 9 }, "ab".to_string())
+        );
+        assert_eq!(decode(r#"{"held":true}"#).ok(), Some(Forwarded::Held));
         assert!(matches!(
             decode(r#"{"e":"not_started","d":null}"#),
             Err(HubError::NotStarted)

@@ -68,7 +68,8 @@ impl Waiters {
     /// Like [`Waiters::resolve`], but leaves nothing behind when nobody waits yet: for an
     /// event the hub wrote on its own, which has no poster (should a client have posted
     /// the very same event and not be waiting yet, it answers `pending` and reads the
-    /// verdict later, as after any lost wait).
+    /// verdict later, as after any lost wait), and for a verdict another node recorded
+    /// (most have no poster here).
     pub fn resolve_if_waiting(&self, capture: Capture, outcome: Outcome) {
         if let Some((_, Slot::Waiting(tx))) = self
             .slots

@@ -211,6 +211,30 @@ pub trait Inbox: Send + Sync {
     /// rebuilt without reading the whole shard.
     async fn game_records(&self, inbox: &str, game: &str) -> Result<Vec<Record>, StoreError>;
 
+    /// The records of one game after the first `skip` of its per-game index, in order (a
+    /// reader that follows a game catches up from where it stopped).
+    async fn game_records_from(
+        &self,
+        inbox: &str,
+        game: &str,
+        skip: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut all = self.game_records(inbox, game).await?;
+        Ok(all.split_off(skip.min(all.len())))
+    }
+
+    /// The verdicts recorded for several captures, in the same order.
+    async fn verdicts(
+        &self,
+        captures: &[Capture],
+    ) -> Result<Vec<Option<StoredVerdict>>, StoreError> {
+        let mut out = Vec::with_capacity(captures.len());
+        for c in captures {
+            out.push(self.verdict(*c).await?);
+        }
+        Ok(out)
+    }
+
     /// Captures of an inbox in inbox order, optionally of one game only, after a cursor
     /// from an earlier page, at most `limit` of them.
     async fn list(

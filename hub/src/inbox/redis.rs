@@ -12,8 +12,10 @@
 //! acknowledged event survives a crash of Redis; `everysec`: up to a second can be lost;
 //! no AOF: back to the last snapshot). deploy/README.md says the same for operators.
 //!
-//! Verdicts go to a hash per shard (`ph:v:{shard}`, for lookups) and a verdict stream per
-//! shard (`ph:vs:{shard}`, the history other nodes and operators can follow). Writing one is
+//! Verdicts go to a hash per shard (`ph:v:{shard}`, for lookups; every verdict) and a
+//! verdict stream per shard (`ph:vs:{shard}`, which the other nodes follow for the
+//! verdicts their posters wait for; trimmed to about [`VERDICT_STREAM_MAXLEN`] entries, far
+//! more than any node falls behind while it lives). Writing one is
 //! *fenced*: the script records it only while the caller's lease value still sits in
 //! `ph:lease:{shard}` (see [`crate::cluster`]), so an owner that paused past its lease
 //! cannot overwrite its successor's verdicts. A standalone user of this type (no cluster)
@@ -27,7 +29,7 @@
 //!
 //! What it deliberately does not do: work on Redis Cluster (the keys of one append span
 //! several hash slots; one Redis primary, with replicas if wanted, is the supported shape),
-//! or trim streams (a game's history is its chain).
+//! or trim the shard streams (a game's history is its chain).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,6 +48,8 @@ use super::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, StoredV
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the watcher blocks in `XREAD` before it looks again anyway.
 const WATCH_BLOCK_MS: u64 = 1000;
+/// About how many entries a verdict stream keeps (the verdict hash keeps every verdict).
+pub const VERDICT_STREAM_MAXLEN: u64 = 100_000;
 
 const APPEND: &str = r"
 local pos = redis.call('INCR', KEYS[1])
@@ -59,13 +63,14 @@ return pos
 const PUT_VERDICT: &str = r"
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('XADD', KEYS[3], '*', 'c', ARGV[2], 'v', ARGV[3], 'l', ARGV[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'c', ARGV[2], 'v', ARGV[3], 'l', ARGV[1])
 return 1
 ";
 
 /// The lease value to fence a shard's verdicts with, if the caller is a cluster node.
 pub trait Fence: Send + Sync {
-    /// The value this node holds in `ph:lease:{shard}`, or `None` when it does not own it.
+    /// The value this node last held in `ph:lease:{shard}` (Redis checks it is still
+    /// there), or `None` when it does not hold the shard.
     fn lease_value(&self, shard: u32) -> Option<String>;
 }
 
@@ -447,20 +452,42 @@ impl Inbox for RedisInbox {
     }
 
     async fn game_records(&self, inbox: &str, game: &str) -> Result<Vec<Record>, StoreError> {
+        self.game_records_from(inbox, game, 0).await
+    }
+
+    async fn game_records_from(
+        &self,
+        inbox: &str,
+        game: &str,
+        skip: usize,
+    ) -> Result<Vec<Record>, StoreError> {
         let positions: Vec<u64> = self.seen(
             redis::cmd("LRANGE")
                 .arg(keys::game(inbox, game))
-                .arg(0)
+                .arg(skip)
                 .arg(-1)
                 .query_async(&mut self.con())
                 .await,
         )?;
+        if positions.is_empty() {
+            return Ok(Vec::new());
+        }
         let shard = self.shard_of(inbox, game);
         let mut out = Vec::with_capacity(positions.len());
         for chunk in positions.chunks(256) {
             out.extend(self.records_at(shard, chunk).await?);
         }
         Ok(out)
+    }
+
+    async fn verdicts(
+        &self,
+        captures: &[Capture],
+    ) -> Result<Vec<Option<StoredVerdict>>, StoreError> {
+        if captures.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.verdicts_of(captures).await
     }
 
     async fn list(
@@ -602,6 +629,7 @@ impl Inbox for RedisInbox {
                 .arg(&lease)
                 .arg(capture.pos)
                 .arg(encode_verdict(&verdict))
+                .arg(VERDICT_STREAM_MAXLEN)
                 .invoke_async(&mut self.con())
                 .await,
         )?;

@@ -68,6 +68,22 @@ impl Inbox for MeteredInbox {
         self.inner.game_records(inbox, game).await
     }
 
+    async fn game_records_from(
+        &self,
+        inbox: &str,
+        game: &str,
+        skip: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        self.inner.game_records_from(inbox, game, skip).await
+    }
+
+    async fn verdicts(
+        &self,
+        captures: &[Capture],
+    ) -> Result<Vec<Option<StoredVerdict>>, StoreError> {
+        self.inner.verdicts(captures).await
+    }
+
     async fn list(
         &self,
         inbox: &str,

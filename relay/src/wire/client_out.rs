@@ -60,6 +60,15 @@ impl StateFrame {
         })
     }
 
+    /// A frame another process built with [`StateFrame::encode`], from its text (a hub
+    /// node relaying another node's views); `None` unless it is a `game.state` frame.
+    pub fn from_text(seq: Option<u64>, frame: &str) -> Option<StateFrame> {
+        (frame.starts_with(STATE_HEAD) && frame.ends_with('}')).then(|| StateFrame {
+            seq,
+            frame: ByteString::from(frame),
+        })
+    }
+
     /// The `seq` this state shows; `None` before the start.
     pub fn seq(&self) -> Option<u64> {
         self.seq

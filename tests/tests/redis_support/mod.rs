@@ -142,6 +142,79 @@ pub fn gauge(client: &Client, hub: &Hub, name: &str) -> Option<i64> {
     })
 }
 
+/// The sum of a counter over all its label sets in a node's `/metrics` (0 when absent).
+pub fn counter_sum(client: &Client, hub: &Hub, name: &str) -> i64 {
+    let r = client.get(&hub.url("/metrics"));
+    assert_eq!(r.status, 200, "metrics: {}", r.body);
+    let prefix = format!("{name}{{");
+    r.body
+        .lines()
+        .filter(|l| l.starts_with(&prefix) || l.split(' ').next() == Some(name))
+        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+        .sum::<f64>() as i64
+}
+
+/// Per node, whether its consumer of `shard` runs (`pipehub_consumer_running{shard}`).
+pub fn consuming(client: &Client, nodes: &[&Hub], shard: u32) -> Vec<i64> {
+    let name = format!("pipehub_consumer_running{{shard=\"{shard}\"}}");
+    nodes
+        .iter()
+        .map(|h| gauge(client, h, &name).unwrap_or(0))
+        .collect()
+}
+
+/// Waits until every shard is consumed by exactly one of the nodes, and by the node that
+/// holds its lease (read from Redis; `ids` are the nodes' ids in the same order).
+pub fn await_one_consumer_per_shard(
+    client: &Client,
+    redis: &RedisServer,
+    nodes: &[&Hub],
+    ids: &[String],
+) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut wrong = Vec::new();
+        for s in 0..SHARDS {
+            let running = consuming(client, nodes, s);
+            let lease = redis.cli(&["GET", &format!("ph:lease:{s}")]);
+            let owner = lease.trim().split_once(':').map(|(n, _)| n.to_string());
+            let expected: Vec<i64> = ids
+                .iter()
+                .map(|id| i64::from(owner.as_deref() == Some(id.as_str())))
+                .collect();
+            if running != expected {
+                wrong.push((s, running, expected));
+            }
+        }
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shards not consumed by their lease holder alone (shard, running, lease): {wrong:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The node id in a node's log (`cluster node: taking shard leases node=…`).
+pub fn node_id(hub: &Hub) -> String {
+    let log = hub.log();
+    let at = log.find("node=").expect("the node logs its id");
+    log[at + 5..]
+        .trim_start_matches('"')
+        .chars()
+        .take_while(|c| c.is_ascii_hexdigit())
+        .collect()
+}
+
+/// The id of the node holding `shard`'s lease, from Redis.
+pub fn lease_holder(redis: &RedisServer, shard: &str) -> String {
+    let lease = redis.cli(&["GET", &format!("ph:lease:{shard}")]);
+    let (owner, _) = lease.trim().split_once(':').expect("a lease node:fence");
+    owner.to_string()
+}
+
 /// Shards owned by each node, as their metrics say.
 pub fn owned(client: &Client, nodes: &[&Hub]) -> Vec<i64> {
     nodes

@@ -28,6 +28,9 @@ impl Handler<Deliver> for GameActor {
 
     fn handle(&mut self, msg: Deliver, ctx: &mut Self::Context) {
         self.last_active = Instant::now();
+        if self.copy_delivered(&msg.0, ctx) {
+            return;
+        }
         if msg.0.capture.pos > self.last_pos {
             self.adjudicate(&msg.0, ctx);
         }

@@ -20,7 +20,7 @@
 mod cluster;
 mod messages;
 
-pub use cluster::{Kick, Retire};
+pub use cluster::{CatchUp, Kick, Retire, TakenOver};
 pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
 
 use std::collections::VecDeque;
@@ -97,6 +97,8 @@ pub struct GameActor {
     /// that changes in it).
     listed: Option<(Phase, Option<ResultView>)>,
     last_active: Instant,
+    /// In a cluster: whether this is a copy of a game another node adjudicates.
+    copy: cluster::Following,
 }
 
 impl GameActor {
@@ -119,6 +121,7 @@ impl GameActor {
             start_waiters: Vec::new(),
             listed: None,
             last_active: Instant::now(),
+            copy: cluster::Following::default(),
         }
     }
 
@@ -317,8 +320,8 @@ impl GameActor {
         };
         // The poster hears its verdict only once it is recorded, so a read of the capture
         // right after the answer agrees with it. The actor does not wait for the store.
-        // In a cluster only the shard's owner records verdicts; a node that follows the
-        // shard computed the same verdict and hands it to its own poster at once.
+        // In a cluster only a referee whose node still adjudicates the shard records it (a
+        // node that just lost the shard hands its poster the verdict the next owner reaches).
         let engine = self.engine.clone();
         let record_it = engine.owns(capture.shard);
         actix::spawn(async move {
@@ -644,6 +647,10 @@ impl Actor for GameActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.engine.metrics.actors_resident.inc();
+        if self.start_copy(ctx) {
+            self.stop_when_idle(ctx);
+            return;
+        }
         let engine = self.engine.clone();
         let (inbox, game) = (self.inbox.clone(), self.game.clone());
         let rebuild = async move {
@@ -670,6 +677,18 @@ impl Actor for GameActor {
                 ctx.stop();
             }
         }));
+        self.stop_when_idle(ctx);
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        self.engine.metrics.actors_resident.dec();
+        let held = self.held.iter().filter(|h| **h).count() as i64;
+        self.engine.metrics.held_choices.sub(held);
+    }
+}
+
+impl GameActor {
+    fn stop_when_idle(&mut self, ctx: &mut Context<Self>) {
         let idle = self.engine.config.actor_idle;
         ctx.run_interval(idle.min(Duration::from_secs(5)), move |act, ctx| {
             let limit = if act.is_over() {
@@ -679,11 +698,5 @@ impl Actor for GameActor {
             };
             act.stop_if_idle(limit, ctx);
         });
-    }
-
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        self.engine.metrics.actors_resident.dec();
-        let held = self.held.iter().filter(|h| **h).count() as i64;
-        self.engine.metrics.held_choices.sub(held);
     }
 }

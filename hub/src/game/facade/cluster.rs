@@ -1,19 +1,31 @@
-//! The facade's part in a cluster of hub nodes (see [`crate::cluster`]): taking over a
-//! shard, answering an intent handed over by another node, and reading seats fresh from
-//! the shared store, since another node may have created, paired or cancelled a game.
+//! The facade's part in a cluster of hub nodes (see [`crate::cluster`]): the shard owner's
+//! answers to intents handed over by other nodes, and a non-owner's side of a game another
+//! node adjudicates — waiting for the owner's verdict on what it appended, catching its
+//! copy of the game up from the recorded verdicts before a read, and handing hub-held
+//! writes and rock-paper-scissors choices to the owner. Seats are read fresh from the
+//! shared store, since another node may have created, paired or cancelled a game.
 //!
-//! On a single hub (no cluster) the reads here are the in-memory ones, as before.
+//! On a single hub (no cluster) every shard is this hub's and the reads here are the
+//! in-memory ones, as before.
 
-use games::Viewer;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use games::reason::{Reason, Refusal};
+use games::{Seat, Viewer};
+use tokio::sync::oneshot;
 
 use super::Hub;
-use games::Seat;
 
-use crate::game::actor::{DraftMove, Kick, Retire, Snapshot};
+use crate::cluster::{verdicts, Forward, Forwarded};
+use crate::game::actor::{CatchUp, Choose, Chosen, DraftMove, Kick, Retire, Snapshot};
 use crate::game::seats::Registration;
-use crate::game::types::{Posted, SeatAuth};
-use crate::game::HubError;
-use crate::inbox::Capture;
+use crate::game::state::{Phase, SharedState};
+use crate::game::types::{Posted, SeatAuth, Verdict};
+use crate::game::waiters::Outcome;
+use crate::game::{custody, HubError};
+use crate::inbox::{Capture, StoredVerdict};
 
 impl Hub {
     /// True when this hub is one node of a cluster.
@@ -21,63 +33,142 @@ impl Hub {
         self.engine.config.cluster.is_some()
     }
 
-    /// The durable high-water mark of `shard` as this node has seen it.
-    pub fn shard_high(&self, shard: u32) -> u64 {
+    /// True when another node adjudicates `shard` (this node is one of a cluster and
+    /// does not hold the shard's lease).
+    pub(crate) fn adjudicated_elsewhere(&self, shard: u32) -> bool {
         self.engine
-            .inbox
-            .watch_shard(shard)
-            .map(|w| *w.borrow())
-            .unwrap_or(0)
+            .config
+            .cluster
+            .as_ref()
+            .is_some_and(|c| !c.owns(shard))
     }
 
-    /// This node has just taken `shard`'s lease: rebuilds every resident game of the shard
-    /// and every game with a capture at or after `from` that lacks a recorded verdict, so
-    /// the verdicts get recorded and the writes the hub owes get written.
-    pub async fn take_over(&self, shard: u32, from: u64) {
-        let engine = &self.engine;
-        let mut games: Vec<(String, String)> = engine
-            .resident_games()
-            .into_iter()
-            .filter(|(i, g)| engine.inbox.shard_of(i, g) == shard)
-            .collect();
-        let mut next = from.max(1);
-        loop {
-            let batch = match engine.inbox.read_shard(shard, next, 512).await {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(shard, error = %e, "take-over could not read the shard");
-                    break;
+    fn elsewhere(&self, inbox: &str, game: &str) -> bool {
+        self.adjudicated_elsewhere(self.engine.inbox.shard_of(inbox, game))
+    }
+
+    /// A verdict another node recorded (from the verdict feed), for a poster of this node
+    /// waiting for it.
+    pub fn verdict_recorded_elsewhere(&self, capture: Capture, verdict: StoredVerdict) {
+        let (verdict, hash, refusal) = verdicts::outcome_parts(verdict);
+        let outcome = Outcome {
+            verdict,
+            hash,
+            refusal,
+            views: None,
+        };
+        self.engine.waiters.resolve_if_waiting(capture, outcome);
+    }
+
+    /// Brings this node's copy of a game that another node adjudicates up to the verdicts
+    /// recorded so far (a no-op for a game this node adjudicates).
+    pub(super) async fn catch_up(&self, inbox: &str, game: &str) -> Result<(), HubError> {
+        if !self.elsewhere(inbox, game) {
+            return Ok(());
+        }
+        self.engine.ask(inbox, game, CatchUp).await?
+    }
+
+    /// Waits up to `wait` for the verdict another node records on `capture` (appended
+    /// here), then reads the poster's view of the game after it.
+    pub(super) async fn remote_verdict(
+        &self,
+        capture: Capture,
+        (inbox, game): (&str, &str),
+        seat: Option<Seat>,
+        wait: Duration,
+    ) -> (Option<Outcome>, Option<Arc<SharedState>>) {
+        // The waiter is registered (first poll) before the store is asked, so a verdict
+        // recorded in between reaches one or the other.
+        let waiting = self.engine.waiters.wait(capture, wait);
+        tokio::pin!(waiting);
+        let outcome = match waiting.as_mut().now_or_never() {
+            Some(o) => o,
+            None => match self.engine.inbox.verdict(capture).await {
+                Ok(Some(v)) => {
+                    let (verdict, hash, refusal) = verdicts::outcome_parts(v);
+                    Some(Outcome {
+                        verdict,
+                        hash,
+                        refusal,
+                        views: None,
+                    })
                 }
-            };
-            let Some(last) = batch.last() else { break };
-            next = last.capture.pos + 1;
-            for record in batch {
-                let key = (record.inbox, record.game);
-                if games.contains(&key) {
-                    continue;
-                }
-                if matches!(engine.inbox.verdict(record.capture).await, Ok(None)) {
-                    games.push(key);
+                _ => waiting.await,
+            },
+        };
+        let state = match &outcome {
+            Some(_) => {
+                let viewer = seat.map_or(Viewer::Spectator, Viewer::Seat);
+                match self.catch_up(inbox, game).await {
+                    Ok(()) => self
+                        .engine
+                        .ask(inbox, game, Snapshot(viewer))
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .map(SharedState::new),
+                    Err(_) => None,
                 }
             }
-        }
-        tracing::info!(
-            shard,
-            games = games.len(),
-            "rebuilding the games of a shard taken over"
-        );
-        for (inbox, game) in games {
-            let _ = engine.ask(&inbox, &game, Retire).await;
-            let _ = engine.ask(&inbox, &game, Snapshot(Viewer::Spectator)).await;
+            None => None,
+        };
+        (outcome, state)
+    }
+
+    /// After O paired here (in a cluster): waits, up to `wait`, until the game has the start
+    /// the shard's owner writes. `started` answers when the actor asked at pairing sees it,
+    /// but that actor may be a copy retired meanwhile (this node just took the shard over),
+    /// so the game's state is also read again whenever a verdict of its shard is recorded.
+    pub(super) async fn await_start_clustered(
+        &self,
+        inbox: &str,
+        game: &str,
+        mut started: oneshot::Receiver<()>,
+        wait: Duration,
+    ) {
+        let shard = self.engine.inbox.shard_of(inbox, game);
+        let mut seen = self
+            .engine
+            .config
+            .cluster
+            .as_ref()
+            .and_then(|c| c.verdicts_seen(shard));
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if started.try_recv().is_ok() {
+                return;
+            }
+            let _ = self.catch_up(inbox, game).await;
+            let state = self
+                .engine
+                .ask(inbox, game, Snapshot(Viewer::Spectator))
+                .await;
+            if matches!(state, Ok(Ok(s)) if s.phase == Phase::Started) {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            let pause = tokio::time::Instant::now() + Duration::from_millis(50);
+            match &mut seen {
+                Some(rx) => {
+                    let _ = tokio::time::timeout_at(pause.min(deadline), rx.changed()).await;
+                }
+                None => tokio::time::sleep_until(pause.min(deadline)).await,
+            }
         }
     }
 
-    /// Another node handed over an intent for this game: re-read its registration and let
-    /// its actor write what the hub owes.
+    /// Another node handed over an intent for this game: re-read its registration and
+    /// rebuild its actor, which records any verdict of the game still missing and writes
+    /// what the hub owes.
     pub async fn kick(&self, inbox: &str, game: &str) {
         if let Err(e) = self.engine.seats.refresh(inbox, game).await {
             tracing::warn!(error = %e, "kick: registration not refreshed");
         }
+        // An actor holding a rock-paper-scissors choice stays (and is only kicked).
+        let _ = self.engine.ask(inbox, game, Retire).await;
         let _ = self.engine.ask(inbox, game, Kick).await;
     }
 
@@ -113,6 +204,25 @@ impl Hub {
         auth: &SeatAuth,
         mv: Option<&serde_json::Value>,
     ) -> Result<Option<Posted>, HubError> {
+        self.forward(auth, Forward::Move(mv)).await
+    }
+
+    /// A rock-paper-scissors choice for a game whose shard another node owns: handed to
+    /// the owner, which commits it now or holds it for the seat's turn. `None` when this
+    /// node is the owner.
+    pub(super) async fn forward_choice(
+        &self,
+        auth: &SeatAuth,
+        choice: &'static str,
+    ) -> Result<Option<Posted>, HubError> {
+        self.forward(auth, Forward::Choice(choice)).await
+    }
+
+    async fn forward(
+        &self,
+        auth: &SeatAuth,
+        what: Forward<'_>,
+    ) -> Result<Option<Posted>, HubError> {
         let Some(cluster) = &self.engine.config.cluster else {
             return Ok(None);
         };
@@ -122,10 +232,62 @@ impl Hub {
         }
         let wait = self.engine.config.verdict_wait;
         let target = (auth.inbox.as_str(), auth.game.as_str(), auth.seat);
-        let (capture, hash) = cluster.forward_write(shard, target, mv, wait).await?;
-        Ok(Some(
-            self.await_verdict(capture, || hash, Some(auth.seat)).await,
-        ))
+        let game = (auth.inbox.as_str(), auth.game.as_str());
+        match cluster.forward_write(shard, target, what, wait).await? {
+            Forwarded::Appended(capture, hash) => Ok(Some(
+                self.await_verdict(capture, game, || hash, Some(auth.seat))
+                    .await,
+            )),
+            Forwarded::Held => {
+                self.catch_up(&auth.inbox, &auth.game).await?;
+                let viewer = Viewer::Seat(auth.seat);
+                let mut state = self
+                    .engine
+                    .ask(&auth.inbox, &auth.game, Snapshot(viewer))
+                    .await??;
+                // The owner holds the choice; the seat's own view shows it, as there.
+                if let Forward::Choice(c) = what {
+                    state.view = state
+                        .view
+                        .take()
+                        .map(|v| games::protocol::View(v).with_pending_choice(c).0);
+                }
+                Ok(Some(Posted {
+                    capture: None,
+                    hash: None,
+                    verdict: Verdict::Held,
+                    state: Some(SharedState::new(state)),
+                    refusal: None,
+                }))
+            }
+        }
+    }
+
+    /// Runs a choice intent handed over by another node: commits the seat's choice from
+    /// this owner's head now, or holds it for the seat's turn.
+    pub async fn choose_intent(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Seat,
+        choice: &str,
+    ) -> Result<Forwarded, HubError> {
+        if let Err(e) = self.engine.seats.refresh(inbox, game).await {
+            tracing::warn!(error = %e, "choice intent: registration not refreshed");
+        }
+        let choice = custody::parse_choice(&serde_json::json!({ "choice": choice }))
+            .ok_or_else(|| HubError::Refused(Refusal::with(Reason::IllegalMove, "bad_move")))?;
+        match self
+            .engine
+            .ask(inbox, game, Choose { seat, choice })
+            .await??
+        {
+            Chosen::Commit(draft) => {
+                let (capture, hash) = self.append_for(inbox, game, seat, *draft).await?;
+                Ok(Forwarded::Appended(capture, hash))
+            }
+            Chosen::Held(_) => Ok(Forwarded::Held),
+        }
     }
 
     /// Runs a write intent handed over by another node: drafts the seat's move (`None`: a
@@ -144,6 +306,17 @@ impl Hub {
             .engine
             .ask(inbox, game, DraftMove { seat, mv })
             .await??;
+        self.append_for(inbox, game, seat, draft).await
+    }
+
+    /// Appends an event the owner drafted for a seat; its capture and hash.
+    async fn append_for(
+        &self,
+        inbox: &str,
+        game: &str,
+        seat: Seat,
+        draft: crate::game::writer::Draft,
+    ) -> Result<(Capture, String), HubError> {
         let hash = draft.prepared.hash.clone();
         let capture = self
             .engine

@@ -187,8 +187,9 @@ impl Hub {
             .await?;
         // The actor hashes the event as it adjudicates it; the poster hashes it only when
         // it must answer `pending` without the actor's word.
+        let game = (inbox, event.game.as_str());
         Ok(self
-            .await_verdict(capture, || Prepared::of(&event).hash, seat)
+            .await_verdict(capture, game, || Prepared::of(&event).hash, seat)
             .await)
     }
 
@@ -223,6 +224,9 @@ impl Hub {
             .and_then(custody::parse_choice)
             .ok_or_else(|| HubError::Refused(Refusal::with(Reason::IllegalMove, "bad_move")))?;
         self.check_capture_cap(&auth.inbox, &auth.game).await?;
+        if let Some(posted) = self.forward_choice(auth, choice).await? {
+            return Ok(posted);
+        }
         let msg = Choose {
             seat: auth.seat,
             choice,
@@ -358,7 +362,13 @@ impl Hub {
             .await?;
         self.hand_over(&reg.inbox, &reg.game).await;
         if reg.hub_writes_start() {
-            let _ = tokio::time::timeout(self.engine.config.verdict_wait, started).await;
+            let wait = self.engine.config.verdict_wait;
+            if self.clustered() {
+                self.await_start_clustered(&reg.inbox, &reg.game, started, wait)
+                    .await;
+            } else {
+                let _ = tokio::time::timeout(wait, started).await;
+            }
         }
         Ok(Paired {
             inbox: reg.inbox,
@@ -414,16 +424,27 @@ impl Hub {
     async fn await_verdict(
         &self,
         capture: Capture,
+        game: (&str, &str),
         hash: impl FnOnce() -> String,
         seat: Option<Seat>,
     ) -> Posted {
         let wait = self.engine.config.verdict_wait;
-        match self.engine.waiters.wait(capture, wait).await {
+        let (outcome, state) = if self.adjudicated_elsewhere(capture.shard) {
+            self.remote_verdict(capture, game, seat, wait).await
+        } else {
+            let o = self.engine.waiters.wait(capture, wait).await;
+            let state = o
+                .as_ref()
+                .and_then(|o| o.views.as_ref())
+                .and_then(|v| v.for_seat(seat).cloned());
+            (o, state)
+        };
+        match outcome {
             Some(o) => Posted {
                 capture: Some(capture),
                 hash: o.hash.or_else(|| Some(hash())),
                 verdict: o.verdict,
-                state: o.views.and_then(|v| v.for_seat(seat).cloned()),
+                state,
                 refusal: o.refusal,
             },
             None => Posted {
@@ -442,8 +463,9 @@ impl Hub {
             .inbox
             .append(&auth.inbox, &auth.game, Some(auth.seat), draft.raw)
             .await?;
+        let game = (auth.inbox.as_str(), auth.game.as_str());
         Ok(self
-            .await_verdict(capture, || draft.prepared.hash, Some(auth.seat))
+            .await_verdict(capture, game, || draft.prepared.hash, Some(auth.seat))
             .await)
     }
 
@@ -491,6 +513,7 @@ impl Hub {
                 return Ok(true);
             }
         }
+        self.catch_up(inbox, game).await?;
         let state = self
             .engine
             .ask(inbox, game, Snapshot(Viewer::Spectator))

@@ -32,6 +32,7 @@ impl Hub {
         if !self.engine.exists(inbox, game).await? {
             return Err(HubError::NotFound("no such game".into()));
         }
+        self.catch_up(inbox, game).await?;
         self.engine.ask(inbox, game, Snapshot(viewer)).await?
     }
 
@@ -174,6 +175,8 @@ impl Hub {
                 budget -= 1;
                 before = Some(entry.order);
                 let key = (inbox.to_string(), entry.game.clone());
+                // A game another node adjudicates: this node's copy catches up first.
+                self.catch_up(inbox, &entry.game).await?;
                 let summary = match self.engine.summaries.get(&key) {
                     Some(s) => Some(s.clone()),
                     None => self
@@ -200,6 +203,7 @@ impl Hub {
         if !self.engine.exists(inbox, game).await? {
             return Err(HubError::NotFound("no such game".into()));
         }
+        self.catch_up(inbox, game).await?;
         let lines = self.engine.ask(inbox, game, Export).await?;
         let mut out = String::new();
         for line in lines {
