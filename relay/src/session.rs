@@ -477,7 +477,15 @@ impl Session {
         let Some(state) = delivery.views.for_seat(watch.viewer) else {
             return;
         };
-        if !watch.adopt(state.clone()) {
+        // A publication follows an accepted event, so in a started game its seq is new
+        // unless this socket has shown that state already (the reply to its own move, or
+        // the state read on joining, came first): then it would be a duplicate.
+        let shown = state.seq().is_some()
+            && watch
+                .latest
+                .as_ref()
+                .is_some_and(|l| l.seq() == state.seq());
+        if shown || !watch.adopt(state.clone()) {
             return;
         }
         let own =

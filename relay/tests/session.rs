@@ -27,6 +27,8 @@ struct Script {
     seq: AtomicU64,
     /// How many plays the scripted limiter lets through.
     budget: AtomicU64,
+    /// Publish each accepted move only after answering the mover (the other order).
+    late: bool,
 }
 
 impl Script {
@@ -94,9 +96,17 @@ impl Games for Script {
             },
             views: self.views(seq),
         };
-        self.rooms.publish("i", "g", delivery);
-        // Give the publication time to reach the sockets before the answer does.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        if self.late {
+            let rooms = self.rooms.clone();
+            actix_rt::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                rooms.publish("i", "g", delivery);
+            });
+        } else {
+            self.rooms.publish("i", "g", delivery);
+            // Give the publication time to reach the sockets before the answer does.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         Ok(Outcome::Accepted(self.frame(Some(seat.seat), seq)))
     }
 
@@ -113,11 +123,16 @@ async fn start(budget: u64) -> String {
 }
 
 async fn start_with(budget: u64, heartbeat: Heartbeat) -> String {
+    serve(budget, heartbeat, false).await
+}
+
+async fn serve(budget: u64, heartbeat: Heartbeat, late: bool) -> String {
     let rooms = Rooms::new();
     let script = Script {
         rooms: rooms.clone(),
         seq: AtomicU64::new(0),
         budget: AtomicU64::new(budget),
+        late,
     };
     let relay = Relay::new(Arc::new(script), rooms).with_heartbeat(heartbeat);
     let server = HttpServer::new(move || App::new().configure(relay::configure(relay.clone())))
@@ -200,6 +215,26 @@ async fn the_mover_gets_one_state_with_its_ref_and_everyone_else_one_without() {
         );
     }
     // Nothing else was sent: no duplicate of the mover's own publication.
+    assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
+}
+
+#[actix_rt::test]
+async fn a_publication_that_comes_after_the_answer_is_not_shown_twice() {
+    let url = serve(100, Heartbeat::default(), true).await;
+    let mut x = seated(&url, "tx").await;
+    let mut o = seated(&url, "to").await;
+    for (seq, r) in [(1, "a"), (2, "b")] {
+        send(&mut x, json!({"t": "game.move", "move": {}, "ref": r})).await;
+        assert_eq!(
+            recv(&mut x).await,
+            json!({"t": "game.state", "ref": r, "game": "g", "seat": "X", "seq": seq})
+        );
+        assert_eq!(
+            recv(&mut o).await,
+            json!({"t": "game.state", "game": "g", "seat": "O", "seq": seq})
+        );
+    }
+    // The mover's own publication came after its answer, and was not sent again.
     assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
 }
 

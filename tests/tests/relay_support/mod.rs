@@ -151,7 +151,14 @@ impl Ws {
             None => json!({"t": "hello"}),
         };
         self.send(hello).await;
-        let ok = self.recv().await;
+        // A board published to the socket's previous seat may still be on its way; it
+        // comes before the answer, never after it.
+        let ok = loop {
+            let m = self.recv().await;
+            if m["t"] != "game.state" {
+                break m;
+            }
+        };
         assert_eq!(ok["t"], "hello.ok", "{ok}");
         if token.is_none() {
             return (ok, None);
