@@ -136,6 +136,11 @@ impl GameActor {
             .iter()
             .position(|d| d.raw == record.raw && Some(d.seat) == record.seat)
             .and_then(|i| self.drafts.remove(i));
+        if self.drafts.is_empty() {
+            // Most games have one draft in flight at a time: give the room back rather
+            // than keep it for every resident game.
+            self.drafts = VecDeque::new();
+        }
         let (event, prepared) = match own {
             Some(draft) => (draft.event, draft.prepared),
             None => match Event::parse(&record.raw) {
