@@ -210,24 +210,13 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     // A fresh code kills the old one.
     let xa = f.hub.seat_for_token(&a.token).await.expect("X");
     let fresh = f.hub.new_code(&xa).await.expect("new code");
-    assert_eq!(
-        f.hub
-            .pair(&a.pairing_code, None)
-            .await
-            .err()
-            .map(|e| e.code()),
-        Some("code_used")
-    );
+    assert_eq!(pair_error(&f.hub, &a.pairing_code).await, Some("code_used"));
     f.hub
         .pair(&fresh.pairing_code.to_lowercase(), None)
         .await
         .expect("paired");
     assert_eq!(
-        f.hub
-            .pair(&fresh.pairing_code, None)
-            .await
-            .err()
-            .map(|e| e.code()),
+        pair_error(&f.hub, &fresh.pairing_code).await,
         Some("code_used")
     );
     assert!(matches!(
@@ -252,19 +241,11 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     let e = g.hub.create_game(INBOX, req(), "p").await.expect("created");
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(
-        g.hub
-            .pair(&e.pairing_code, None)
-            .await
-            .err()
-            .map(|e| e.code()),
+        pair_error(&g.hub, &e.pairing_code).await,
         Some("code_expired")
     );
     assert_eq!(
-        g.hub
-            .pair(&e.pairing_code, None)
-            .await
-            .err()
-            .map(|e| e.code()),
+        pair_error(&g.hub, &e.pairing_code).await,
         Some("code_expired"),
         "an expired code stays expired"
     );
@@ -278,24 +259,18 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     assert_eq!(f.hub.purge_codes(now + keep + 1_000, keep).await, 3);
     assert_eq!(g.hub.purge_codes(now + keep + 1_000, keep).await, 1);
     assert_eq!(
-        f.hub
-            .pair(&fresh.pairing_code, None)
-            .await
-            .err()
-            .map(|e| e.code()),
+        pair_error(&f.hub, &fresh.pairing_code).await,
         Some("not_found")
     );
-    assert_eq!(
-        g.hub
-            .pair(&e.pairing_code, None)
-            .await
-            .err()
-            .map(|e| e.code()),
-        Some("not_found")
-    );
+    assert_eq!(pair_error(&g.hub, &e.pairing_code).await, Some("not_found"));
     // A live code is never purged.
     f.hub
         .pair(&live.pairing_code, None)
         .await
         .expect("the live code still pairs");
+}
+
+/// The reason a pairing attempt with `code` is refused, `None` when it pairs.
+async fn pair_error(hub: &Hub, code: &str) -> Option<&'static str> {
+    hub.pair(code, None).await.err().map(|e| e.code())
 }
