@@ -2,12 +2,10 @@
 //!
 //! A session is one task running one `select!` over four things: frames from the client,
 //! publications from the room it watches, the reply of the command it is running, and a
-//! heartbeat tick. Frames go out through the socket's own bounded queue (actix-ws's
-//! channel to the connection, [`SEND_QUEUE`] frames): the session never waits on the
-//! client, it only hands a frame over when there is room. A client that does not read
-//! fills the queue and is dropped on the spot; it never slows the session's room or
-//! anyone's game. (No writer task of our own: it cost a task, a second queue and a thread
-//! hop per frame, about 4 KiB of memory per open game.)
+//! heartbeat tick. A second task, the writer, owns the socket's sending half and drains a
+//! bounded queue ([`SEND_QUEUE`]); the session never waits on the client, it only
+//! `try_send`s into that queue. A client that does not read fills it and is dropped on the
+//! spot (its writer is aborted); it never slows the session's room or anyone's game.
 //!
 //! Commands run one at a time, in the order they arrived (a lane): at most one call into
 //! the service is in flight per socket, and while [`COMMAND_QUEUE`] commands wait the
@@ -29,19 +27,15 @@
 //! game).
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
-use actix_ws::{
-    AggregatedMessage, AggregatedMessageStream, CloseCode, CloseReason, Message, MessageStream,
-};
+use actix_ws::{AggregatedMessage, AggregatedMessageStream, CloseCode, CloseReason, MessageStream};
 use bytestring::ByteString;
 use futures_util::future::BoxFuture;
-use futures_util::Sink;
 use games::Seat;
+use tokio::sync::mpsc;
 
 use crate::endpoint::Relay;
 use crate::rooms::{Cause, Delivery, Subscription};
@@ -55,12 +49,20 @@ pub const MAX_FRAME_BYTES: usize = 4096;
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a client may stay silent (no frame, no pong) before it is dropped.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Frames waiting for the socket; a client that lets it fill is dropped. This is the size
-/// of actix-ws's own channel to the connection (`actix_ws::handle`), which the session
-/// sends into; it is written here so the documentation has one place to say it.
-pub const SEND_QUEUE: usize = 32;
+/// Frames waiting for the socket; a client that lets it fill is dropped.
+pub const SEND_QUEUE: usize = 64;
 /// Commands waiting for the lane; while it is full the socket is not read.
 pub const COMMAND_QUEUE: usize = 16;
+/// The longest one frame may take to reach the socket's buffer before the writer gives up.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the writer sends.
+enum Out {
+    Text(ByteString),
+    Ping,
+    Pong(Bytes),
+    Close(CloseReason),
+}
 
 /// What a socket acts as.
 enum Role {
@@ -117,9 +119,11 @@ pub async fn run(relay: Relay, socket: actix_ws::Session, stream: MessageStream)
         .max_frame_size(MAX_FRAME_BYTES)
         .aggregate_continuations()
         .max_continuation_size(MAX_FRAME_BYTES);
+    let (out, rx) = mpsc::channel(SEND_QUEUE);
+    let writer = actix_web::rt::spawn(write(socket, rx));
     let mut session = Session {
         relay,
-        socket,
+        out,
         role: Role::Unknown,
         watch: None,
         queue: VecDeque::new(),
@@ -129,19 +133,16 @@ pub async fn run(relay: Relay, socket: actix_ws::Session, stream: MessageStream)
         closing: None,
     };
     session.serve(&mut stream).await;
-    match session.closing.take() {
-        // If even the close frame does not fit, the client is not reading: it is dropped
-        // all the same when the socket's queue goes with the session.
-        Some(Closing::Close(reason)) => {
-            session.push(Message::Close(Some(reason)));
-        }
-        None => {
-            session.push(Message::Close(None));
-        }
-        Some(Closing::Dropped) => {}
+    let dropped = match session.closing.take() {
+        Some(Closing::Dropped) => true,
+        // If even the close frame does not fit, the client is not reading: drop it.
+        Some(Closing::Close(reason)) => session.out.try_send(Out::Close(reason)).is_err(),
+        None => false,
+    };
+    if dropped {
+        writer.abort();
     }
-    // Dropping the session drops the socket's sender: the connection sends what is queued
-    // and ends.
+    // Dropping the queue's sender lets the writer finish what is queued and stop.
 }
 
 /// How a session ends.
@@ -154,8 +155,7 @@ enum Closing {
 
 struct Session {
     relay: Relay,
-    /// The sending half of the socket: a bounded queue to the connection.
-    socket: actix_ws::Session,
+    out: mpsc::Sender<Out>,
     role: Role,
     watch: Option<Watch>,
     queue: VecDeque<ClientIn>,
@@ -231,7 +231,7 @@ impl Session {
                 Some("messages are JSON text frames"),
                 false,
             )),
-            AggregatedMessage::Ping(bytes) => self.push(Message::Pong(bytes)),
+            AggregatedMessage::Ping(bytes) => self.push(Out::Pong(bytes)),
             AggregatedMessage::Pong(_) => {}
             AggregatedMessage::Close(_) => {
                 self.closing = Some(Closing::Close(CloseCode::Normal.into()));
@@ -244,7 +244,7 @@ impl Session {
         if !busy && self.last_heard.elapsed() > timeout {
             self.fail("timeout", "no frame or pong within the idle timeout");
         } else {
-            self.push(Message::Ping(Bytes::new()));
+            self.push(Out::Ping);
         }
     }
 
@@ -256,23 +256,15 @@ impl Session {
         }
     }
 
-    /// Hands one frame to the socket's queue if it has room now; a client whose queue is
-    /// full does not read, and is dropped.
-    fn push(&mut self, message: Message) {
-        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
-        let mut socket = Pin::new(&mut self.socket);
-        let sent = match socket.as_mut().poll_ready(&mut cx) {
-            Poll::Ready(Ok(())) => socket.start_send(message).is_ok(),
-            Poll::Ready(Err(_)) | Poll::Pending => false,
-        };
-        if !sent && self.closing.is_none() {
+    fn push(&mut self, out: Out) {
+        if self.out.try_send(out).is_err() {
             tracing::debug!("dropping a WebSocket client that does not read");
             self.closing = Some(Closing::Dropped);
         }
     }
 
     fn send(&mut self, frame: ByteString) {
-        self.push(Message::Text(frame));
+        self.push(Out::Text(frame));
     }
 
     /// Starts a command's call into the service, or answers at once when it cannot run.
@@ -545,4 +537,33 @@ impl Reply {
             truth,
         }
     }
+}
+
+/// One frame handed to the socket: at once when its buffer has room (the usual case, and
+/// then no timer is armed), else within [`WRITE_TIMEOUT`]. False when it could not be.
+async fn within_timeout<E>(send: impl std::future::Future<Output = Result<(), E>>) -> bool {
+    let mut send = std::pin::pin!(send);
+    match futures_util::FutureExt::now_or_never(&mut send) {
+        Some(sent) => sent.is_ok(),
+        None => matches!(tokio::time::timeout(WRITE_TIMEOUT, send).await, Ok(Ok(()))),
+    }
+}
+
+/// The writer: drains the queue into the socket, each frame within [`WRITE_TIMEOUT`].
+async fn write(mut socket: actix_ws::Session, mut rx: mpsc::Receiver<Out>) {
+    while let Some(out) = rx.recv().await {
+        let sent = match out {
+            Out::Text(text) => within_timeout(socket.text(text)).await,
+            Out::Ping => within_timeout(socket.ping(b"")).await,
+            Out::Pong(bytes) => within_timeout(socket.pong(&bytes)).await,
+            Out::Close(reason) => {
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, socket.close(Some(reason))).await;
+                return;
+            }
+        };
+        if !sent {
+            return;
+        }
+    }
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, socket.close(None)).await;
 }
