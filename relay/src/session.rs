@@ -2,15 +2,19 @@
 //!
 //! A session is one task running one `select!` over four things: frames from the client,
 //! publications from the room it watches, the reply of the command it is running, and a
-//! heartbeat tick. A second task, the writer, owns the socket's sending half and drains a
-//! bounded queue ([`SEND_QUEUE`]); the session never waits on the client, it only
-//! `try_send`s into that queue. A client that does not read fills it and is dropped on the
-//! spot (its writer is aborted); it never slows the session's room or anyone's game.
+//! heartbeat tick, and, while frames wait, room in the socket's sending queue. Frames go
+//! straight into the socket's own bounded channel to the connection (actix-ws's, 32
+//! frames); what does not fit waits in a short backlog of the session's, drained as the
+//! connection takes frames. The session never waits on the client: a client that lets
+//! [`SEND_QUEUE`] frames pile up, or takes none for [`WRITE_TIMEOUT`], does not read, and
+//! is dropped on the spot; it never slows the session's room or anyone's game. (No writer
+//! task of its own: that cost a task, a second queue and a thread hop per frame, and about
+//! 4 KiB of memory per open game.)
 //!
 //! Commands run one at a time, in the order they arrived (a lane): at most one call into
-//! the service is in flight per socket, and while [`COMMAND_QUEUE`] commands wait the
-//! session stops reading the socket, so a flooding client is held back by TCP rather than
-//! by memory. Rate limits are the service's: every move and resign is charged to the
+//! the service is in flight per socket, and while [`COMMAND_QUEUE`] commands wait, or
+//! frames wait in the backlog, the session stops reading the socket, so a flooding client
+//! is held back by TCP rather than by memory. Rate limits are the service's: every move and resign is charged to the
 //! person's budget, shared with HTTP.
 //!
 //! Ordering: a session remembers the newest state it has shown (by `seq`) and never shows
@@ -27,15 +31,20 @@
 //! game).
 
 use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
-use actix_ws::{AggregatedMessage, AggregatedMessageStream, CloseCode, CloseReason, MessageStream};
+use actix_ws::{
+    AggregatedMessage, AggregatedMessageStream, CloseCode, CloseReason, Message, MessageStream,
+};
 use bytestring::ByteString;
 use futures_util::future::BoxFuture;
+use futures_util::Sink;
 use games::Seat;
-use tokio::sync::mpsc;
 
 use crate::endpoint::Relay;
 use crate::rooms::{Cause, Delivery, Subscription};
@@ -49,20 +58,16 @@ pub const MAX_FRAME_BYTES: usize = 4096;
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a client may stay silent (no frame, no pong) before it is dropped.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Frames waiting for the socket; a client that lets it fill is dropped.
+/// Frames waiting for the connection to take them; a client that lets it fill is dropped.
 pub const SEND_QUEUE: usize = 64;
+/// Of [`SEND_QUEUE`], what actix-ws's channel to the connection holds (`actix_ws::handle`);
+/// the rest wait in the session's backlog.
+const SOCKET_CHANNEL: usize = 32;
 /// Commands waiting for the lane; while it is full the socket is not read.
 pub const COMMAND_QUEUE: usize = 16;
-/// The longest one frame may take to reach the socket's buffer before the writer gives up.
+/// The longest the connection may take no frame while some wait, before the client is
+/// dropped; also the bound on sending what is left and the close frame at the end.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What the writer sends.
-enum Out {
-    Text(ByteString),
-    Ping,
-    Pong(Bytes),
-    Close(CloseReason),
-}
 
 /// What a socket acts as.
 enum Role {
@@ -119,11 +124,11 @@ pub async fn run(relay: Relay, socket: actix_ws::Session, stream: MessageStream)
         .max_frame_size(MAX_FRAME_BYTES)
         .aggregate_continuations()
         .max_continuation_size(MAX_FRAME_BYTES);
-    let (out, rx) = mpsc::channel(SEND_QUEUE);
-    let writer = actix_web::rt::spawn(write(socket, rx));
     let mut session = Session {
         relay,
-        out,
+        socket,
+        backlog: VecDeque::new(),
+        stalled: None,
         role: Role::Unknown,
         watch: None,
         queue: VecDeque::new(),
@@ -133,16 +138,15 @@ pub async fn run(relay: Relay, socket: actix_ws::Session, stream: MessageStream)
         closing: None,
     };
     session.serve(&mut stream).await;
-    let dropped = match session.closing.take() {
-        Some(Closing::Dropped) => true,
-        // If even the close frame does not fit, the client is not reading: drop it.
-        Some(Closing::Close(reason)) => session.out.try_send(Out::Close(reason)).is_err(),
-        None => false,
+    let goodbye = match session.closing.take() {
+        Some(Closing::Dropped) => return,
+        Some(Closing::Close(reason)) => Some(reason),
+        None => None,
     };
-    if dropped {
-        writer.abort();
-    }
-    // Dropping the queue's sender lets the writer finish what is queued and stop.
+    session.push(Message::Close(goodbye));
+    // What is queued, then the close frame, within the bound; then dropping the socket's
+    // sender ends the connection.
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, session.flush()).await;
 }
 
 /// How a session ends.
@@ -155,7 +159,12 @@ enum Closing {
 
 struct Session {
     relay: Relay,
-    out: mpsc::Sender<Out>,
+    /// The sending half of the socket: a bounded channel to the connection.
+    socket: actix_ws::Session,
+    /// Frames the socket's channel had no room for yet, oldest first.
+    backlog: VecDeque<Message>,
+    /// Since when the backlog has not been empty.
+    stalled: Option<Instant>,
     role: Role,
     watch: Option<Watch>,
     queue: VecDeque<ClientIn>,
@@ -190,7 +199,8 @@ impl Session {
         let mut tick = tokio::time::interval(heartbeat.interval);
         tick.tick().await;
         while self.closing.is_none() {
-            let can_read = self.queue.len() < COMMAND_QUEUE;
+            // While frames wait for the client, it gets no more answers to wait for.
+            let can_read = self.queue.len() < COMMAND_QUEUE && self.backlog.is_empty();
             tokio::select! {
                 message = stream.recv(), if can_read => match message {
                     Some(Ok(message)) => self.on_message(message),
@@ -210,6 +220,11 @@ impl Session {
                     self.on_reply(reply);
                 }
                 _ = tick.tick() => self.on_tick(heartbeat.timeout),
+                room = poll_fn(|cx| Pin::new(&mut self.socket).poll_ready(cx)),
+                    if !self.backlog.is_empty() => match room {
+                    Ok(()) => self.drain(),
+                    Err(_) => self.closing = Some(Closing::Dropped),
+                },
             }
             if self.inflight.is_none() {
                 if let Some(command) = self.queue.pop_front() {
@@ -231,7 +246,7 @@ impl Session {
                 Some("messages are JSON text frames"),
                 false,
             )),
-            AggregatedMessage::Ping(bytes) => self.push(Out::Pong(bytes)),
+            AggregatedMessage::Ping(bytes) => self.push(Message::Pong(bytes)),
             AggregatedMessage::Pong(_) => {}
             AggregatedMessage::Close(_) => {
                 self.closing = Some(Closing::Close(CloseCode::Normal.into()));
@@ -241,10 +256,15 @@ impl Session {
 
     fn on_tick(&mut self, timeout: Duration) {
         let busy = self.inflight.is_some() || !self.queue.is_empty();
-        if !busy && self.last_heard.elapsed() > timeout {
+        if self
+            .stalled
+            .is_some_and(|since| since.elapsed() > WRITE_TIMEOUT)
+        {
+            self.drop_client();
+        } else if !busy && self.last_heard.elapsed() > timeout {
             self.fail("timeout", "no frame or pong within the idle timeout");
         } else {
-            self.push(Out::Ping);
+            self.push(Message::Ping(Bytes::new()));
         }
     }
 
@@ -256,15 +276,88 @@ impl Session {
         }
     }
 
-    fn push(&mut self, out: Out) {
-        if self.out.try_send(out).is_err() {
-            tracing::debug!("dropping a WebSocket client that does not read");
-            self.closing = Some(Closing::Dropped);
+    /// Hands one frame to the socket, or to the backlog when the socket's channel is full
+    /// (or frames already wait there); a client with a full backlog is dropped.
+    fn push(&mut self, message: Message) {
+        if matches!(self.closing, Some(Closing::Dropped)) {
+            return;
+        }
+        if self.backlog.is_empty() {
+            match self.offer() {
+                Poll::Ready(true) => {
+                    if Pin::new(&mut self.socket).start_send(message).is_err() {
+                        self.drop_client();
+                    }
+                    return;
+                }
+                Poll::Ready(false) => return self.drop_client(),
+                Poll::Pending => {}
+            }
+        }
+        if self.backlog.len() >= SEND_QUEUE - SOCKET_CHANNEL {
+            return self.drop_client();
+        }
+        self.backlog.push_back(message);
+        self.stalled.get_or_insert_with(Instant::now);
+    }
+
+    /// Whether the socket's channel has room now (`Ready(true)`), is full (`Pending`) or
+    /// is closed (`Ready(false)`); never waits. The session's `select!` waits for room
+    /// whenever the backlog is not empty, with its own waker.
+    fn offer(&mut self) -> Poll<bool> {
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        Pin::new(&mut self.socket)
+            .poll_ready(&mut cx)
+            .map(|ready| ready.is_ok())
+    }
+
+    /// Moves frames from the backlog to the socket while its channel has room.
+    fn drain(&mut self) {
+        while let Some(message) = self.backlog.pop_front() {
+            if Pin::new(&mut self.socket).start_send(message).is_err() {
+                return self.drop_client();
+            }
+            if self.backlog.is_empty() {
+                break;
+            }
+            match self.offer() {
+                Poll::Ready(true) => {}
+                Poll::Ready(false) => return self.drop_client(),
+                Poll::Pending => {
+                    // Progress: the stall is timed from the last frame the socket took.
+                    self.stalled = Some(Instant::now());
+                    return;
+                }
+            }
+        }
+        self.backlog = VecDeque::new();
+        self.stalled = None;
+    }
+
+    /// Sends what waits in the backlog, waiting for the connection as long as it takes.
+    async fn flush(&mut self) {
+        while !self.backlog.is_empty() {
+            if poll_fn(|cx| Pin::new(&mut self.socket).poll_ready(cx))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            self.drain();
         }
     }
 
+    fn drop_client(&mut self) {
+        if !matches!(self.closing, Some(Closing::Dropped)) {
+            tracing::debug!("dropping a WebSocket client that does not read");
+        }
+        self.closing = Some(Closing::Dropped);
+        self.backlog = VecDeque::new();
+        self.stalled = None;
+    }
+
     fn send(&mut self, frame: ByteString) {
-        self.push(Out::Text(frame));
+        self.push(Message::Text(frame));
     }
 
     /// Starts a command's call into the service, or answers at once when it cannot run.
@@ -537,33 +630,4 @@ impl Reply {
             truth,
         }
     }
-}
-
-/// One frame handed to the socket: at once when its buffer has room (the usual case, and
-/// then no timer is armed), else within [`WRITE_TIMEOUT`]. False when it could not be.
-async fn within_timeout<E>(send: impl std::future::Future<Output = Result<(), E>>) -> bool {
-    let mut send = std::pin::pin!(send);
-    match futures_util::FutureExt::now_or_never(&mut send) {
-        Some(sent) => sent.is_ok(),
-        None => matches!(tokio::time::timeout(WRITE_TIMEOUT, send).await, Ok(Ok(()))),
-    }
-}
-
-/// The writer: drains the queue into the socket, each frame within [`WRITE_TIMEOUT`].
-async fn write(mut socket: actix_ws::Session, mut rx: mpsc::Receiver<Out>) {
-    while let Some(out) = rx.recv().await {
-        let sent = match out {
-            Out::Text(text) => within_timeout(socket.text(text)).await,
-            Out::Ping => within_timeout(socket.ping(b"")).await,
-            Out::Pong(bytes) => within_timeout(socket.pong(&bytes)).await,
-            Out::Close(reason) => {
-                let _ = tokio::time::timeout(WRITE_TIMEOUT, socket.close(Some(reason))).await;
-                return;
-            }
-        };
-        if !sent {
-            return;
-        }
-    }
-    let _ = tokio::time::timeout(WRITE_TIMEOUT, socket.close(None)).await;
 }
