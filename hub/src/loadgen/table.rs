@@ -363,6 +363,9 @@ async fn play(
                     base_seq: seq,
                     sent_at,
                 });
+                // The stall clock runs from the move, not from the state it answers: at a
+                // low --rate over many games the pacer may hold a move back for seconds.
+                last_activity = sent_at;
             }
             "game.refused" => {
                 Stats::count(&stats.refused);

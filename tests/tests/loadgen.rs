@@ -1,0 +1,121 @@
+//! `pipehub loadgen` against a real hub: short runs that play real games over WebSockets,
+//! checked through the `--json` report (DESIGN.md section 5) and the hub's own metrics.
+//! They are smoke tests of the load generator, not benchmarks: nothing here is timed
+//! beyond the bounds every run must stop within.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pipehub_tests::{pipehub_bin, Client, Hub};
+use serde_json::Value;
+
+/// Limits that let one client address play many games at once.
+const HUB_FLAGS: &[&str] = &[
+    "--rate-limit",
+    "1000000/1",
+    "--max-open-games",
+    "1000",
+    "--max-captures-per-game",
+    "1000",
+];
+
+/// Runs `pipehub loadgen --hub HUB ARGS --json` and returns its exit code and report; kills
+/// it after `within`.
+fn loadgen(hub: &Hub, args: &[&str], within: Duration) -> (i32, Value) {
+    let out_dir = tempfile::tempdir().expect("a temporary directory");
+    let out_path = out_dir.path().join("report.json");
+    let out = std::fs::File::create(&out_path).expect("the report file");
+    let mut child = Command::new(pipehub_bin())
+        .arg("loadgen")
+        .args(["--hub", &hub.base])
+        .args(args)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("pipehub loadgen starts");
+    let deadline = Instant::now() + within;
+    let status = loop {
+        if let Some(status) = child
+            .try_wait()
+            .expect("the load generator can be waited on")
+        {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("pipehub loadgen ran longer than {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = std::fs::read_to_string(&out_path).expect("the report is readable");
+    let report = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {text:?}"));
+    (status.code().unwrap_or(-1), report)
+}
+
+/// One metric's value from the hub's `/metrics`, summed over its labels.
+fn metric(hub: &Hub, name: &str) -> f64 {
+    let text = Client::new().get(&hub.url("/metrics")).body;
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(key, _)| *key == name || key.starts_with(&format!("{name}{{")))
+        .map(|(_, v)| v.trim().parse::<f64>().expect("a metric value is a number"))
+        .sum()
+}
+
+#[test]
+fn a_short_run_plays_real_games_and_reports_them() {
+    let hub = Hub::start(HUB_FLAGS);
+    let (code, report) = loadgen(
+        &hub,
+        &["--games", "4", "--duration", "2"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "report: {report}");
+    assert_eq!(report["games"], 4);
+    let moves = report["moves"].as_u64().expect("moves");
+    assert!(moves > 0, "no move was played: {report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["refused"], 0, "{report}");
+    let ms = |k: &str| report["latency_ms"][k].as_f64().expect("a latency");
+    assert!(ms("p50") <= ms("p90") && ms("p90") <= ms("p99") && ms("p99") <= ms("max"));
+    assert!(ms("p50") > 0.0, "{report}");
+    for key in ["hub_rss_bytes", "hub_rss_seated_bytes"] {
+        assert!(
+            report[key].as_u64().is_some_and(|b| b > 0),
+            "{key}: {report}"
+        );
+    }
+    // The hub accepted at least the moves the report counts (each table's starts too),
+    // and the load generator closed every socket it opened.
+    assert!(metric(&hub, "pipehub_events_total") >= moves as f64);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&hub, "pipehub_websocket_connections") > 0.0 {
+        assert!(Instant::now() < deadline, "sockets left open after the run");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// At a low `--rate` over many games a move can wait in the pacer for longer than the
+/// stall bound; the bound counts from the move, so such a move is not an error.
+#[test]
+fn a_move_the_pacer_holds_back_is_not_counted_as_stalled() {
+    let hub = Hub::start(HUB_FLAGS);
+    // Eight tables at one move a second: the last one's first move waits about 7 s.
+    let (code, report) = loadgen(
+        &hub,
+        &["--games", "8", "--rate", "1", "--duration", "9"],
+        Duration::from_secs(90),
+    );
+    assert_eq!(code, 0, "report: {report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    let moves = report["moves"].as_u64().expect("moves");
+    assert!(
+        (6..=10).contains(&moves),
+        "about one move a second: {report}"
+    );
+}
