@@ -1,8 +1,8 @@
 //! One WebSocket connection, from handshake to close.
 //!
-//! A session is one task running one `select!` over four things: frames from the client,
-//! publications from the room it watches, the reply of the command it is running, and a
-//! heartbeat tick, and, while frames wait, room in the socket's sending queue. Frames go
+//! A session is one task running one `select!` over five things: frames from the client,
+//! publications from the room it watches, the reply of the command it is running, a
+//! heartbeat tick and, while frames wait, room in the socket's sending queue. Frames go
 //! straight into the socket's own bounded channel to the connection (actix-ws's, 32
 //! frames); what does not fit waits in a short backlog of the session's, drained as the
 //! connection takes frames. The session never waits on the client: a client that lets
@@ -14,8 +14,8 @@
 //! Commands run one at a time, in the order they arrived (a lane): at most one call into
 //! the service is in flight per socket, and while [`COMMAND_QUEUE`] commands wait, or
 //! frames wait in the backlog, the session stops reading the socket, so a flooding client
-//! is held back by TCP rather than by memory. Rate limits are the service's: every move and resign is charged to the
-//! person's budget, shared with HTTP.
+//! is held back by TCP rather than by memory. Rate limits are the service's: every move
+//! and resign is charged to the person's budget, shared with HTTP.
 //!
 //! Ordering: a session remembers the newest state it has shown (by `seq`) and never shows
 //! an older one, so the room's publication and the reply to a move, which race, cannot
