@@ -378,6 +378,18 @@ impl Seated {
     }
 }
 
+/// The sum of a metric over all its label sets in a hub's `/metrics` (0 when absent).
+pub fn metric_sum(client: &Client, hub: &Hub, name: &str) -> f64 {
+    let r = client.get(&hub.url("/metrics"));
+    assert_eq!(r.status, 200, "metrics: {}", r.body);
+    let prefix = format!("{name}{{");
+    r.body
+        .lines()
+        .filter(|l| l.starts_with(&prefix) || l.split(' ').next() == Some(name))
+        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+        .sum()
+}
+
 /// Runs `pipehub verify [args] FILE` on `input`; returns the exit code and standard output.
 pub fn verify(args: &[&str], input: &str) -> (i32, String) {
     let dir = tempfile::tempdir().expect("a temporary directory");

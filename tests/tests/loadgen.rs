@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use pipehub_tests::{pipehub_bin, Client, Hub};
+use pipehub_tests::{metric_sum, pipehub_bin, Client, Hub};
 use serde_json::Value;
 
 /// Limits that let one client address play many games at once.
@@ -58,13 +58,7 @@ fn loadgen(hub: &Hub, args: &[&str], within: Duration) -> (i32, Value) {
 
 /// One metric's value from the hub's `/metrics`, summed over its labels.
 fn metric(hub: &Hub, name: &str) -> f64 {
-    let text = Client::new().get(&hub.url("/metrics")).body;
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(key, _)| *key == name || key.starts_with(&format!("{name}{{")))
-        .map(|(_, v)| v.trim().parse::<f64>().expect("a metric value is a number"))
-        .sum()
+    metric_sum(&Client::new(), hub, name)
 }
 
 #[test]

@@ -144,14 +144,7 @@ pub fn gauge(client: &Client, hub: &Hub, name: &str) -> Option<i64> {
 
 /// The sum of a counter over all its label sets in a node's `/metrics` (0 when absent).
 pub fn counter_sum(client: &Client, hub: &Hub, name: &str) -> i64 {
-    let r = client.get(&hub.url("/metrics"));
-    assert_eq!(r.status, 200, "metrics: {}", r.body);
-    let prefix = format!("{name}{{");
-    r.body
-        .lines()
-        .filter(|l| l.starts_with(&prefix) || l.split(' ').next() == Some(name))
-        .filter_map(|l| l.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
-        .sum::<f64>() as i64
+    pipehub_tests::metric_sum(client, hub, name) as i64
 }
 
 /// Per node, whether its consumer of `shard` runs (`pipehub_consumer_running{shard}`).
