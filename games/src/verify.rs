@@ -108,7 +108,6 @@ struct Established {
     rules: Map<String, Value>,
     keys: Option<SeatKeys>,
     inboxes: Option<Vec<String>>,
-    genesis: Event,
     board: Box<dyn Board>,
     seq: u64,
     head: String,
@@ -216,7 +215,6 @@ impl GameChain {
             rules,
             keys,
             inboxes,
-            genesis: e.clone(),
             board,
             seq: 0,
             head: prepared.hash.clone(),
@@ -280,10 +278,6 @@ impl GameChain {
 
     pub fn board(&self) -> Option<&dyn Board> {
         self.established().map(|g| &*g.board)
-    }
-
-    pub fn genesis(&self) -> Option<&Event> {
-        self.established().map(|g| &g.genesis)
     }
 
     /// How many events this chain accepted, the genesis included.

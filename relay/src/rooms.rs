@@ -11,15 +11,22 @@
 //! seeing its queue closed, drops the connection. A slow or dead client thus costs its own
 //! connection and never delays the actor, the room, or anyone else's game.
 //!
+//! The queue is a [`Mailbox`] of this module's own rather than a `tokio::sync::mpsc`
+//! channel: a bounded tokio channel allocates its first 32-slot block and its semaphore's
+//! state up front, about 850 bytes per subscriber, two per open game, where a mailbox is
+//! about 100 bytes and grows only while publications wait.
+//!
 //! What rooms do not do: keep history (a subscriber asks the service for the current state
 //! when it joins) or decide who may watch (the session checked the seat before joining).
 
+use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 
 use dashmap::DashMap;
 use games::Seat;
-use tokio::sync::mpsc;
 
 use crate::wire::client_out::StateFrame;
 
@@ -105,7 +112,64 @@ type Key = (Box<str>, Box<str>);
 struct Subscriber {
     id: u64,
     viewer: Option<Seat>,
-    tx: mpsc::Sender<Arc<Delivery>>,
+    mailbox: Arc<Mailbox>,
+}
+
+/// One subscriber's queue of publications: the room puts, the subscription takes.
+#[derive(Default)]
+struct Mailbox(Mutex<Queue>);
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Arc<Delivery>>,
+    /// Set when the subscriber fell [`ROOM_QUEUE`] behind: it gets what waits, then `None`.
+    closed: bool,
+    /// The subscription's task, parked until a publication arrives.
+    waker: Option<Waker>,
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Nothing panics while holding the lock; should something, the queue is still whole.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues `delivery` without waiting; false (and closed from now on) when full.
+    fn put(&self, delivery: &Arc<Delivery>) -> bool {
+        let mut queue = self.lock();
+        let kept = !queue.closed && queue.waiting.len() < ROOM_QUEUE;
+        if kept {
+            queue.waiting.push_back(delivery.clone());
+        } else {
+            queue.closed = true;
+        }
+        let waker = queue.waker.take();
+        drop(queue);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        kept
+    }
+
+    async fn take(&self) -> Option<Arc<Delivery>> {
+        poll_fn(|cx| {
+            let mut queue = self.lock();
+            if let Some(delivery) = queue.waiting.pop_front() {
+                return Poll::Ready(Some(delivery));
+            }
+            if queue.closed {
+                return Poll::Ready(None);
+            }
+            match &mut queue.waker {
+                Some(waker) => waker.clone_from(cx.waker()),
+                none => *none = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        })
+        .await
+    }
 }
 
 #[derive(Default)]
@@ -133,17 +197,21 @@ impl Rooms {
     /// Leaving is dropping the [`Subscription`].
     pub fn subscribe(&self, inbox: &str, game: &str, viewer: Option<Seat>) -> Subscription {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(ROOM_QUEUE);
+        let mailbox = Arc::new(Mailbox::default());
         self.inner
             .rooms
             .entry(key(inbox, game))
             .or_default()
-            .push(Subscriber { id, viewer, tx });
+            .push(Subscriber {
+                id,
+                viewer,
+                mailbox: mailbox.clone(),
+            });
         Subscription {
             rooms: self.clone(),
             key: key(inbox, game),
             id,
-            rx,
+            mailbox,
         }
     }
 
@@ -173,9 +241,10 @@ impl Rooms {
         let mut delivered = 0;
         if let Some(room) = self.inner.rooms.get(&key) {
             for sub in room.iter() {
-                match sub.tx.try_send(delivery.clone()) {
-                    Ok(()) => delivered += 1,
-                    Err(_) => dropped.push(sub.id),
+                if sub.mailbox.put(&delivery) {
+                    delivered += 1;
+                } else {
+                    dropped.push(sub.id);
                 }
             }
         }
@@ -217,13 +286,13 @@ pub struct Subscription {
     rooms: Rooms,
     key: Key,
     id: u64,
-    rx: mpsc::Receiver<Arc<Delivery>>,
+    mailbox: Arc<Mailbox>,
 }
 
 impl Subscription {
     /// The next publication, or `None` once the room dropped this subscriber as too slow.
     pub async fn recv(&mut self) -> Option<Arc<Delivery>> {
-        self.rx.recv().await
+        self.mailbox.take().await
     }
 
     /// The (inbox, game) this subscription watches.
@@ -275,7 +344,7 @@ mod tests {
         let rooms = Rooms::new();
         let mut a = rooms.subscribe("i", "g", Some(Seat::X));
         let mut b = rooms.subscribe("i", "g", None);
-        let mut other = rooms.subscribe("i", "h", Some(Seat::O));
+        let other = rooms.subscribe("i", "h", Some(Seat::O));
         assert!(rooms.is_watched("i", "g"));
         assert!(!rooms.is_watched("j", "g"));
         let watchers = rooms.watchers("i", "g");
@@ -292,7 +361,7 @@ mod tests {
                 Some(1)
             );
         }
-        assert!(other.rx.try_recv().is_err());
+        assert!(other.mailbox.lock().waiting.is_empty());
         // Both subscribers share one delivery: nothing was copied per socket.
         rooms.publish("i", "g", delivery(2));
         let (x, y) = (a.recv().await, b.recv().await);

@@ -228,6 +228,10 @@ impl Session {
             }
             if self.inflight.is_none() {
                 if let Some(command) = self.queue.pop_front() {
+                    if self.queue.is_empty() {
+                        // Commands come one at a time: an idle socket keeps no buffer.
+                        self.queue = VecDeque::new();
+                    }
                     self.start(command);
                 }
             }

@@ -31,9 +31,10 @@ pub struct Draft {
     pub seat: Seat,
 }
 
-/// A game's hub-held signing keys, each derived on first use.
+/// A game's hub-held signing keys, each derived on first use. Boxed: an expanded key is
+/// about 220 bytes, and every game's actor has the two slots, signed or not.
 #[derive(Default)]
-pub struct SeatKeys([Option<crypto::SecretKey>; 2]);
+pub struct SeatKeys([Option<Box<crypto::SecretKey>>; 2]);
 
 impl SeatKeys {
     /// `seat`'s key in `inbox`/`game`, derived from `secret` the first time.
@@ -48,7 +49,7 @@ impl SeatKeys {
             Seat::X => 0,
             Seat::O => 1,
         }];
-        slot.get_or_insert_with(|| crypto::seat_key(secret, inbox, game, seat))
+        slot.get_or_insert_with(|| Box::new(crypto::seat_key(secret, inbox, game, seat)))
     }
 }
 

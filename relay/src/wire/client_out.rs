@@ -21,6 +21,12 @@ use super::client_in::Ref;
 /// The head every `game.state` frame starts with.
 const STATE_HEAD: &str = r#"{"t":"game.state""#;
 
+thread_local! {
+    /// Where [`StateFrame::encode`] serializes a state before copying it out at its size:
+    /// reused, so a frame costs one allocation however its buffer would have grown.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A finished `game.state` frame for one viewer, with the `seq` it shows (`None` before
 /// the game's start) so that a session can tell a newer state from an older one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,26 +43,30 @@ impl StateFrame {
         state: &T,
     ) -> Result<StateFrame, serde_json::Error> {
         use serde::ser::Error;
-        let mut buf = Vec::with_capacity(1024);
-        buf.extend_from_slice(STATE_HEAD.as_bytes());
-        serde_json::to_writer(&mut buf, state)?;
-        // The state's `{` becomes the `,` after the type tag (or goes, for `{}`).
-        let at = STATE_HEAD.len();
-        match buf.get(at..) {
-            Some([b'{', b'}']) => {
-                buf.remove(at);
+        SCRATCH.with_borrow_mut(|buf| {
+            buf.clear();
+            buf.extend_from_slice(STATE_HEAD.as_bytes());
+            serde_json::to_writer(&mut *buf, state)?;
+            // The state's `{` becomes the `,` after the type tag (or goes, for `{}`).
+            let at = STATE_HEAD.len();
+            match buf.get(at..) {
+                Some([b'{', b'}']) => {
+                    buf.remove(at);
+                }
+                Some([b'{', ..]) => buf[at] = b',',
+                _ => {
+                    return Err(serde_json::Error::custom(
+                        "a game state must serialize to a JSON object",
+                    ))
+                }
             }
-            Some([b'{', ..]) => buf[at] = b',',
-            _ => {
-                return Err(serde_json::Error::custom(
-                    "a game state must serialize to a JSON object",
-                ))
-            }
-        }
-        let frame = String::from_utf8(buf).map_err(serde_json::Error::custom)?;
-        Ok(StateFrame {
-            seq,
-            frame: ByteString::from(frame),
+            let frame = std::str::from_utf8(buf).map_err(serde_json::Error::custom)?;
+            // Copied out at its exact size: a socket keeps its newest frame for as long as
+            // the game is open, so a grown buffer's slack would be kept too.
+            Ok(StateFrame {
+                seq,
+                frame: ByteString::from(frame),
+            })
         })
     }
 
