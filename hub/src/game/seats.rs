@@ -183,7 +183,8 @@ fn json_bytes<T: Serialize>(value: &T) -> Result<Bytes, HubError> {
 pub struct Seats {
     meta: Arc<dyn Meta>,
     tokens: DashMap<String, SeatAuth>,
-    games: DashMap<(String, String), Registration>,
+    /// Shared, not copied: every move reads its game's registration.
+    games: DashMap<(String, String), Arc<Registration>>,
     /// Open games per host person.
     open: DashMap<String, u64>,
 }
@@ -220,7 +221,7 @@ impl Seats {
                 Ok(reg) => {
                     seats
                         .games
-                        .insert((reg.inbox.clone(), reg.game.clone()), reg);
+                        .insert((reg.inbox.clone(), reg.game.clone()), Arc::new(reg));
                 }
                 Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
             }
@@ -251,11 +252,16 @@ impl Seats {
 
     /// Re-reads one registration from the store into the cache (another hub node may have
     /// created, paired or cancelled the game).
-    pub async fn refresh(&self, inbox: &str, game: &str) -> Result<Option<Registration>, HubError> {
+    pub async fn refresh(
+        &self,
+        inbox: &str,
+        game: &str,
+    ) -> Result<Option<Arc<Registration>>, HubError> {
         let key = (inbox.to_string(), game.to_string());
         match self.meta.get(&game_key(inbox, game)).await? {
             Some(value) => match serde_json::from_slice::<Registration>(&value) {
                 Ok(reg) => {
+                    let reg = Arc::new(reg);
                     self.games.insert(key, reg.clone());
                     Ok(Some(reg))
                 }
@@ -283,7 +289,7 @@ impl Seats {
             .retain(|(i, g), _| i != inbox || fresh.iter().any(|r| &r.game == g));
         for reg in fresh {
             self.games
-                .insert((reg.inbox.clone(), reg.game.clone()), reg);
+                .insert((reg.inbox.clone(), reg.game.clone()), Arc::new(reg));
         }
         Ok(())
     }
@@ -315,19 +321,19 @@ impl Seats {
     }
 
     /// The registration of a reserved game.
-    pub fn registration(&self, inbox: &str, game: &str) -> Option<Registration> {
+    pub fn registration(&self, inbox: &str, game: &str) -> Option<Arc<Registration>> {
         self.games
             .get(&(inbox.to_string(), game.to_string()))
             .map(|r| r.clone())
     }
 
     /// Every registration (for the games gauge).
-    pub fn all_registrations(&self) -> Vec<Registration> {
+    pub fn all_registrations(&self) -> Vec<Arc<Registration>> {
         self.games.iter().map(|e| e.value().clone()).collect()
     }
 
     /// Registrations of one inbox (for the game listing).
-    pub fn registrations(&self, inbox: &str) -> Vec<Registration> {
+    pub fn registrations(&self, inbox: &str) -> Vec<Arc<Registration>> {
         self.games
             .iter()
             .filter(|e| e.key().0 == inbox)
@@ -345,7 +351,7 @@ impl Seats {
             .put(&game_key(&reg.inbox, &reg.game), json_bytes(reg)?)
             .await?;
         self.games
-            .insert((reg.inbox.clone(), reg.game.clone()), reg.clone());
+            .insert((reg.inbox.clone(), reg.game.clone()), Arc::new(reg.clone()));
         Ok(())
     }
 
@@ -472,7 +478,7 @@ impl Seats {
 
     /// A fresh code for X before pairing; the old one dies.
     pub async fn new_code(&self, auth: &SeatAuth, ttl_ms: u64) -> Result<(String, u64), HubError> {
-        let mut reg = self.owned_unpaired(auth)?;
+        let mut reg = Registration::clone(&*self.owned_unpaired(auth)?);
         let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
         if let Some(old) = reg.code_hash.replace(hash) {
             self.retire_code(&old, &auth.inbox, &auth.game).await?;
@@ -482,7 +488,7 @@ impl Seats {
     }
 
     /// X's registration while still unpaired; errors otherwise.
-    fn owned_unpaired(&self, auth: &SeatAuth) -> Result<Registration, HubError> {
+    fn owned_unpaired(&self, auth: &SeatAuth) -> Result<Arc<Registration>, HubError> {
         if auth.seat != Seat::X {
             return Err(HubError::Forbidden("only the host (X) may do this".into()));
         }
@@ -562,10 +568,12 @@ impl Seats {
         // From here on the code is spent whatever happens: put back a tombstone.
         self.retire_code(&hash, &rec.inbox, &rec.game).await?;
         // Read from the store, not the cache: another hub node may have created the game.
-        let mut reg = self
-            .refresh(&rec.inbox, &rec.game)
-            .await?
-            .ok_or_else(|| HubError::NotFound("the game was cancelled".into()))?;
+        let mut reg = Registration::clone(
+            &*self
+                .refresh(&rec.inbox, &rec.game)
+                .await?
+                .ok_or_else(|| HubError::NotFound("the game was cancelled".into()))?,
+        );
         if reg.paired || reg.code_hash.as_deref() != Some(hash.as_str()) {
             return Err(HubError::CodeUsed);
         }

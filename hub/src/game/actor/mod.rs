@@ -125,7 +125,7 @@ impl GameActor {
         }
     }
 
-    fn registration(&self) -> Option<Registration> {
+    fn registration(&self) -> Option<Arc<Registration>> {
         self.engine.seats.registration(&self.inbox, &self.game)
     }
 
@@ -373,7 +373,7 @@ impl GameActor {
             ),
             _ => match self.registration() {
                 Some(reg) if !self.chain.is_skipped() => (
-                    reg.protocol,
+                    reg.protocol.clone(),
                     if reg.paired {
                         Phase::Paired
                     } else {

@@ -177,7 +177,7 @@ impl Hub {
         &self,
         inbox: &str,
         game: &str,
-    ) -> Result<Option<Registration>, HubError> {
+    ) -> Result<Option<Arc<Registration>>, HubError> {
         if self.clustered() {
             self.engine.seats.refresh(inbox, game).await
         } else {

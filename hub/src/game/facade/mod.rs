@@ -484,7 +484,7 @@ impl Hub {
     }
 
     /// The registration of `auth`'s game when the hub may write for its seat.
-    async fn hub_held(&self, auth: &SeatAuth) -> Result<Registration, HubError> {
+    async fn hub_held(&self, auth: &SeatAuth) -> Result<Arc<Registration>, HubError> {
         let reg = self
             .registration(&auth.inbox, &auth.game)
             .await?
