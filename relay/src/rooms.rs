@@ -384,6 +384,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_waiting_subscriber_wakes_for_each_publication_and_ends_when_dropped() {
+        let rooms = Rooms::new();
+        let mut sub = rooms.subscribe("i", "g", Some(Seat::X));
+        let waiter = tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            while let Some(d) = sub.recv().await {
+                seqs.push(d.views.for_seat(Some(Seat::X)).and_then(StateFrame::seq));
+                if seqs.len() == 3 {
+                    break;
+                }
+            }
+            (seqs, sub)
+        });
+        // Published while the subscriber waits, from another task: each one wakes it.
+        for seq in 1..=3 {
+            tokio::task::yield_now().await;
+            assert_eq!(rooms.publish("i", "g", delivery(seq)), 1);
+        }
+        let (seqs, sub) = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the subscriber woke up")
+            .expect("the task ran");
+        assert_eq!(seqs, [Some(1), Some(2), Some(3)]);
+        drop(sub);
+        assert!(rooms.is_empty());
+    }
+
+    #[tokio::test]
     async fn a_subscriber_that_does_not_keep_up_is_dropped_without_delaying_others() {
         let rooms = Rooms::new();
         let mut slow = rooms.subscribe("i", "g", Some(Seat::X));
