@@ -228,10 +228,6 @@ impl Session {
             }
             if self.inflight.is_none() {
                 if let Some(command) = self.queue.pop_front() {
-                    if self.queue.is_empty() {
-                        // Commands come one at a time: an idle socket keeps no buffer.
-                        self.queue = VecDeque::new();
-                    }
                     self.start(command);
                 }
             }
@@ -242,6 +238,11 @@ impl Session {
         self.last_heard = Instant::now();
         match message {
             AggregatedMessage::Text(text) => match ClientIn::parse(&text) {
+                // An idle lane runs the command at once: the queue, and its buffer, are
+                // only for commands that arrive while another runs.
+                Ok(command) if self.inflight.is_none() && self.queue.is_empty() => {
+                    self.start(command)
+                }
                 Ok(command) => self.queue.push_back(command),
                 Err(bad) => self.send(client_out::error(bad.error, Some(&bad.detail), false)),
             },
