@@ -310,6 +310,46 @@ async fn messages_out_of_place_get_errors_that_leave_the_socket_open() {
 }
 
 #[actix_rt::test]
+async fn only_a_client_not_heard_from_lately_is_pinged() {
+    let heartbeat = Heartbeat {
+        interval: Duration::from_millis(200),
+        timeout: Duration::from_secs(10),
+    };
+    let url = start_with(10, heartbeat).await;
+    let mut talker = seated(&url, "tx").await;
+    let mut listener = seated(&url, "to").await;
+    // For 1.2 s the talker asks for its board every 10 ms; the listener only reads.
+    let (mut talker_pings, mut listener_pings, mut boards) = (0, 0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1200);
+    let mut ask = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            _ = ask.tick() => {
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                send(&mut talker, json!({"t": "game.board"})).await;
+            }
+            message = talker.next() => match message {
+                Some(Ok(Message::Ping(_))) => talker_pings += 1,
+                Some(Ok(Message::Text(_))) => boards += 1,
+                other => panic!("the talker's socket ended: {other:?}"),
+            },
+            message = listener.next() => match message {
+                Some(Ok(Message::Ping(_))) => listener_pings += 1,
+                other => panic!("the listener got {other:?}"),
+            },
+        }
+    }
+    assert!(boards > 20, "the talker was answered ({boards} boards)");
+    assert_eq!(talker_pings, 0, "a client that keeps talking is not pinged");
+    assert!(
+        listener_pings >= 3,
+        "a client that only listens is pinged every interval ({listener_pings} pings)"
+    );
+}
+
+#[actix_rt::test]
 async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
     let heartbeat = Heartbeat {
         interval: Duration::from_millis(50),
