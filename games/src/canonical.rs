@@ -202,7 +202,8 @@ fn write_str(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
-fn write_u64(mut n: u64, out: &mut Vec<u8>) {
+/// Writes `n` in decimal, as JSON writes an unsigned integer.
+pub(crate) fn write_u64(mut n: u64, out: &mut Vec<u8>) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {

@@ -5,7 +5,7 @@
 //! detail with which the last move is refused (every earlier move must be accepted).
 
 use games::event::Seat;
-use games::protocol::{GameResult, Registry, WinBy};
+use games::protocol::{Board, GameResult, Registry, Viewer, WinBy};
 use serde_json::{json, Value};
 
 #[derive(Debug, PartialEq)]
@@ -294,4 +294,52 @@ fn renders_a_text_board() {
     assert_eq!(view["toMove"], "X");
     assert_eq!(view["cells"][1][2], "O");
     assert_eq!(view["lastMove"], json!({"row": 1, "col": 2}));
+}
+
+/// Every viewer's written view against its serialized view.
+fn written_views_match(board: &dyn Board) -> Result<(), proptest::test_runner::TestCaseError> {
+    for viewer in [
+        Viewer::Seat(Seat::X),
+        Viewer::Seat(Seat::O),
+        Viewer::Spectator,
+    ] {
+        let mut written = Vec::new();
+        board.write_view(viewer, &mut written);
+        let expected = serde_json::to_vec(&board.view(viewer)).expect("a view serializes");
+        proptest::prop_assert_eq!(
+            String::from_utf8(written).expect("UTF-8"),
+            String::from_utf8(expected).expect("UTF-8")
+        );
+    }
+    Ok(())
+}
+
+proptest::proptest! {
+    /// The grid games write their views straight as JSON text; from the start and after
+    /// every move, for every viewer, the text is byte for byte what serializing `view`
+    /// gives (wins with their lines included: `winLength` goes down to 1).
+    #[test]
+    fn a_written_view_is_the_views_json_byte_for_byte(
+        c4 in proptest::prelude::any::<bool>(),
+        rows in 1..7i64,
+        cols in 1..8i64,
+        win in 1..8i64,
+        cells in proptest::collection::vec((0..7i64, 0..8i64), 0..40),
+    ) {
+        let registry = Registry::builtin();
+        let protocol = registry.get(if c4 { C4 } else { TTT }).expect("built-in");
+        let given = json!({"rows": rows, "cols": cols, "winLength": win.min(rows.max(cols))});
+        let rules = protocol.rules(given.as_object().expect("object")).expect("valid rules");
+        let mut board = protocol.new_board(&rules);
+        written_views_match(&*board)?;
+        let mut n = 0;
+        for (row, column) in cells {
+            let mv = if c4 { col(column) } else { rc(row, column) };
+            let seat = if n % 2 == 0 { Seat::X } else { Seat::O };
+            if board.apply(seat, &mv).is_ok() {
+                n += 1;
+                written_views_match(&*board)?;
+            }
+        }
+    }
 }

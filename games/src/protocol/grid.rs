@@ -10,6 +10,7 @@
 
 use super::spec::int_rule;
 use super::{GameResult, MoveError, View, Viewer, WinBy};
+use crate::canonical::write_u64;
 use crate::event::Seat;
 use serde_json::{json, Map, Value};
 
@@ -176,19 +177,95 @@ impl Grid {
         }))
     }
 
+    /// [`Grid::view`] as JSON text, the bytes `serde_json` writes for it (keys in their
+    /// sorted order), without building the value: a view is written for each seat after
+    /// every move, and the tree cost dozens of small allocations.
+    pub fn write_view(&self, viewer: Viewer, out: &mut Vec<u8>) {
+        fn seat_json(seat: Option<Seat>) -> &'static [u8] {
+            match seat {
+                Some(Seat::X) => b"\"X\"",
+                Some(Seat::O) => b"\"O\"",
+                None => b"null",
+            }
+        }
+        fn cell(out: &mut Vec<u8>, (row, col): (usize, usize)) {
+            out.extend_from_slice(b"{\"col\":");
+            write_u64(col as u64, out);
+            out.extend_from_slice(b",\"row\":");
+            write_u64(row as u64, out);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"{\"cells\":[");
+        for r in 0..self.rows {
+            if r > 0 {
+                out.push(b',');
+            }
+            out.push(b'[');
+            for c in 0..self.cols {
+                if c > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(seat_json(self.get(r, c)));
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b"],\"cols\":");
+        write_u64(self.cols as u64, out);
+        out.extend_from_slice(b",\"lastMove\":");
+        match self.last {
+            Some(at) => cell(out, at),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"line\":");
+        if self.line.is_empty() {
+            out.extend_from_slice(b"null");
+        } else {
+            out.push(b'[');
+            for (i, &at) in self.line.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                cell(out, at);
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b",\"moves\":");
+        write_u64(self.moves, out);
+        out.extend_from_slice(b",\"rows\":");
+        write_u64(self.rows as u64, out);
+        out.extend_from_slice(b",\"seat\":");
+        out.extend_from_slice(seat_json(match viewer {
+            Viewer::Seat(s) => Some(s),
+            Viewer::Spectator => None,
+        }));
+        out.extend_from_slice(b",\"toMove\":");
+        out.extend_from_slice(seat_json(self.to_move()));
+        out.extend_from_slice(b",\"winLength\":");
+        write_u64(self.win_length as u64, out);
+        out.push(b'}');
+    }
+
     /// Rows of `X . O`, then one line saying whose turn it is or how it ended.
     pub fn render(&self) -> String {
-        let mut out = String::new();
+        let mut out = String::with_capacity(self.rows * self.cols * 2 + 12);
         for r in 0..self.rows {
-            let row: Vec<&str> = (0..self.cols)
-                .map(|c| self.get(r, c).map_or(".", Seat::as_str))
-                .collect();
-            out.push_str(&row.join(" "));
+            for c in 0..self.cols {
+                if c > 0 {
+                    out.push(' ');
+                }
+                out.push_str(self.get(r, c).map_or(".", Seat::as_str));
+            }
             out.push('\n');
         }
         match (self.winner, self.to_move()) {
-            (Some(seat), _) => out.push_str(&format!("{seat} wins")),
-            (None, Some(seat)) => out.push_str(&format!("{seat} to move")),
+            (Some(seat), _) => {
+                out.push_str(seat.as_str());
+                out.push_str(" wins");
+            }
+            (None, Some(seat)) => {
+                out.push_str(seat.as_str());
+                out.push_str(" to move");
+            }
             (None, None) => out.push_str("draw"),
         }
         out

@@ -163,6 +163,14 @@ pub trait Board: Send + Sync + fmt::Debug {
     /// contain the other seat's secrets.
     fn view(&self, viewer: Viewer) -> View;
 
+    /// The same view as JSON text: exactly the bytes of `serde_json::to_vec(&self.view(viewer))`.
+    /// A board whose view is built after every move may write it directly, without the
+    /// value tree (the grid games do; a property test holds them to the same bytes).
+    fn write_view(&self, viewer: Viewer, out: &mut Vec<u8>) {
+        // Writing a `Value` (string keys only) into memory cannot fail.
+        let _ = serde_json::to_writer(out, &self.view(viewer));
+    }
+
     /// A small text board for `viewer`, built from the same redacted knowledge as `view`.
     fn render(&self, viewer: Viewer) -> String;
 

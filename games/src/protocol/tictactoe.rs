@@ -99,6 +99,10 @@ impl Board for TicTacToeBoard {
         self.grid.view(viewer)
     }
 
+    fn write_view(&self, viewer: Viewer, out: &mut Vec<u8>) {
+        self.grid.write_view(viewer, out)
+    }
+
     fn render(&self, _viewer: Viewer) -> String {
         self.grid.render()
     }

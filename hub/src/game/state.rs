@@ -17,6 +17,7 @@ use games::protocol::GameResult;
 use games::{Seat, Viewer};
 use relay::StateFrame;
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::types::ser_opt_seat;
@@ -110,11 +111,51 @@ pub struct GameState {
     pub head: Option<String>,
     pub result: Option<ResultView>,
     /// The protocol redactor's view for this viewer; null until the start.
-    pub view: Option<Value>,
+    pub view: Option<ViewJson>,
     /// The text board, or what the game waits for before its start.
     pub board: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<Notice>,
+}
+
+/// A view as JSON text, written once by the protocol ([`games::Board::write_view`]) and
+/// embedded as it is wherever the state is serialized: a view is built for each watching
+/// seat after every move, and as a value tree it cost dozens of small allocations.
+#[derive(Clone, Debug, Serialize)]
+#[serde(transparent)]
+pub struct ViewJson(Box<RawValue>);
+
+impl ViewJson {
+    /// `viewer`'s view of `board`.
+    pub fn of(board: &dyn games::Board, viewer: Viewer) -> ViewJson {
+        let mut text = Vec::with_capacity(256);
+        board.write_view(viewer, &mut text);
+        String::from_utf8(text)
+            .ok()
+            .and_then(|text| RawValue::from_string(text).ok())
+            .map_or_else(|| ViewJson::from_value(&board.view(viewer).0), ViewJson)
+    }
+
+    /// A view held as a value (one the custodian added a pending choice to).
+    pub fn from_value(view: &Value) -> ViewJson {
+        // A `Value` always serializes; `null` is only a fallback that cannot happen.
+        ViewJson(
+            serde_json::value::to_raw_value(view).unwrap_or_else(|_| {
+                RawValue::from_string("null".to_string()).expect("null is JSON")
+            }),
+        )
+    }
+
+    /// The view as a value, to take apart.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for ViewJson {
+    fn eq(&self, other: &ViewJson) -> bool {
+        self.0.get() == other.0.get()
+    }
 }
 
 /// One viewer's state after one event, built once and serialized at most once: the
@@ -237,7 +278,7 @@ pub fn assemble(
             seq: Some(s.seq),
             head: Some(s.head.to_string()),
             result: Some(s.result.into()),
-            view: Some(s.board.view(viewer).0),
+            view: Some(ViewJson::of(s.board, viewer)),
             board: s.board.render(viewer),
             notice,
         },

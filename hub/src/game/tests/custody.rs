@@ -18,8 +18,10 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
     assert!(held.capture.is_none());
     let mine = held.state.expect("O's state");
     assert_eq!(
-        mine.view.as_ref().and_then(|v| v.get("pendingChoice")),
-        Some(&json!("rock"))
+        mine.view
+            .as_ref()
+            .and_then(|v| v.value().get("pendingChoice").cloned()),
+        Some(json!("rock"))
     );
     assert_eq!(f.inbox.count(INBOX, &x.game).await.expect("count"), before);
     // A second choice replaces the held one.
@@ -80,8 +82,11 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
         }
         let spectator = serde_json::to_string(&**spectator).expect("json");
         assert!(!spectator.contains("pendingChoice"));
-        let x_pending = x.view.as_ref().and_then(|v| v.get("pendingChoice"));
-        assert!(x_pending.is_none() || x_pending == Some(&json!("scissors")));
+        let x_pending = x
+            .view
+            .as_ref()
+            .and_then(|v| v.value().get("pendingChoice").cloned());
+        assert!(x_pending.is_none() || x_pending == Some(json!("scissors")));
     }
     assert_eq!(published, 4);
     // A choice that is no choice is refused without touching the inbox.
@@ -222,8 +227,7 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
             let pending = s
                 .view
                 .as_ref()
-                .and_then(|v| v.get("pendingChoice"))
-                .cloned();
+                .and_then(|v| v.value().get("pendingChoice").cloned());
             assert_eq!(pending, Some(json!("paper")));
             break;
         }
