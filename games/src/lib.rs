@@ -15,6 +15,7 @@ pub mod canonical;
 pub mod crypto;
 pub mod event;
 pub mod json;
+pub mod key;
 pub mod protocol;
 pub mod reason;
 pub mod report;

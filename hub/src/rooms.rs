@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use dashmap::DashMap;
+use games::key::GameIds;
 use games::Seat;
 use tokio::sync::broadcast;
 
@@ -120,8 +121,7 @@ impl Rooms for LocalRooms {
 
     /// A subscriber here takes every viewer's publication.
     fn watchers(&self, inbox: &str, game: &str) -> Watchers {
-        let key = (inbox.to_string(), game.to_string());
-        if self.rooms.contains_key(&key) {
+        if self.rooms.contains_key(&(inbox, game) as &dyn GameIds) {
             Watchers::ALL
         } else {
             Watchers::default()

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
 use dashmap::DashMap;
+use games::key::GameIds;
 use games::Seat;
 
 use crate::wire::client_out::StateFrame;
@@ -218,13 +219,15 @@ impl Rooms {
     /// True when someone watches the game, so a publisher can skip encoding views nobody
     /// would read.
     pub fn is_watched(&self, inbox: &str, game: &str) -> bool {
-        self.inner.rooms.contains_key(&key(inbox, game))
+        self.inner
+            .rooms
+            .contains_key(&(inbox, game) as &dyn GameIds)
     }
 
     /// Which viewers watch the game, so a publisher encodes only their views.
     pub fn watchers(&self, inbox: &str, game: &str) -> Watchers {
         let mut watchers = Watchers::default();
-        if let Some(room) = self.inner.rooms.get(&key(inbox, game)) {
+        if let Some(room) = self.inner.rooms.get(&(inbox, game) as &dyn GameIds) {
             for sub in room.iter() {
                 watchers.add(sub.viewer);
             }
@@ -235,11 +238,11 @@ impl Rooms {
     /// Hands a publication to every subscriber of the game without waiting, dropping those
     /// whose queue is full. Returns how many received it.
     pub fn publish(&self, inbox: &str, game: &str, delivery: Delivery) -> usize {
-        let key = key(inbox, game);
+        let key: &dyn GameIds = &(inbox, game);
         let delivery = Arc::new(delivery);
         let mut dropped = Vec::new();
         let mut delivered = 0;
-        if let Some(room) = self.inner.rooms.get(&key) {
+        if let Some(room) = self.inner.rooms.get(key) {
             for sub in room.iter() {
                 if sub.mailbox.put(&delivery) {
                     delivered += 1;
@@ -250,7 +253,7 @@ impl Rooms {
         }
         // The read guard is gone here; taking the write lock under it would deadlock.
         if !dropped.is_empty() {
-            self.remove(&key, |sub| dropped.contains(&sub.id));
+            self.remove(key, |sub| dropped.contains(&sub.id));
         }
         delivered
     }
@@ -273,7 +276,7 @@ impl Rooms {
         self.inner.rooms.is_empty()
     }
 
-    fn remove(&self, key: &Key, gone: impl Fn(&Subscriber) -> bool) {
+    fn remove(&self, key: &dyn GameIds, gone: impl Fn(&Subscriber) -> bool) {
         if let Some(mut room) = self.inner.rooms.get_mut(key) {
             room.retain(|sub| !gone(sub));
         }

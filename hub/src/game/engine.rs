@@ -15,6 +15,7 @@ use std::sync::Arc;
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use dashmap::DashMap;
+use games::key::GameIds;
 
 use super::actor::{Deliver, GameActor};
 use super::seats::Seats;
@@ -69,8 +70,7 @@ impl Engine {
 
     /// The game's actor, started (and rebuilding) if it was not resident.
     pub fn actor(self: &Arc<Self>, inbox: &str, game: &str) -> Addr<GameActor> {
-        let key = (inbox.to_string(), game.to_string());
-        if let Some(addr) = self.actors.get(&key) {
+        if let Some(addr) = self.actors.get(&(inbox, game) as &dyn GameIds) {
             if addr.connected() {
                 return addr.clone();
             }
@@ -79,7 +79,7 @@ impl Engine {
         let engine = self.clone();
         let mut entry = self
             .actors
-            .entry(key)
+            .entry((inbox.to_string(), game.to_string()))
             .or_insert_with(|| spawn_actor(&engine, &self.arbiters, shard, inbox, game));
         if !entry.connected() {
             *entry = spawn_actor(&engine, &self.arbiters, shard, inbox, game);
@@ -90,7 +90,7 @@ impl Engine {
     /// Forgets `addr` as the game's actor (it is stopping).
     pub fn forget(&self, inbox: &str, game: &str, addr: &Addr<GameActor>) {
         self.actors
-            .remove_if(&(inbox.to_string(), game.to_string()), |_, a| a == addr);
+            .remove_if(&(inbox, game) as &dyn GameIds, |_, a| a == addr);
     }
 
     /// True when this node writes for `shard`: always on a single hub, while it holds the
@@ -192,9 +192,7 @@ impl Engine {
     /// Reads check this first so that probing random ids starts no actors.
     pub async fn exists(&self, inbox: &str, game: &str) -> Result<bool, HubError> {
         if self.seats.registration(inbox, game).is_some()
-            || self
-                .summaries
-                .contains_key(&(inbox.to_string(), game.to_string()))
+            || self.summaries.contains_key(&(inbox, game) as &dyn GameIds)
         {
             return Ok(true);
         }

@@ -25,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use dashmap::DashMap;
+use games::key::GameIds;
 use games::{crypto, Seat};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -323,7 +324,7 @@ impl Seats {
     /// The registration of a reserved game.
     pub fn registration(&self, inbox: &str, game: &str) -> Option<Arc<Registration>> {
         self.games
-            .get(&(inbox.to_string(), game.to_string()))
+            .get(&(inbox, game) as &dyn GameIds)
             .map(|r| r.clone())
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use actix::Arbiter;
 use bytes::Bytes;
+use games::key::GameIds;
 use games::reason::{Reason, Refusal};
 use games::verify::Prepared;
 use games::{crypto, Action, Event, Seat, Viewer};
@@ -507,8 +508,7 @@ impl Hub {
     }
 
     async fn is_started(&self, inbox: &str, game: &str) -> Result<bool, HubError> {
-        let key = (inbox.to_string(), game.to_string());
-        if let Some(s) = self.engine.summaries.get(&key) {
+        if let Some(s) = self.engine.summaries.get(&(inbox, game) as &dyn GameIds) {
             if s.phase == Phase::Started {
                 return Ok(true);
             }
