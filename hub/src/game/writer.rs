@@ -31,6 +31,26 @@ pub struct Draft {
     pub seat: Seat,
 }
 
+/// What appending a draft takes: its bytes as stored, its hash and its seat. The actor
+/// keeps the draft itself (see `GameActor::drafts`) and hands out only this, so a draft is
+/// never copied.
+#[derive(Clone, Debug)]
+pub struct Posting {
+    pub raw: Bytes,
+    pub hash: String,
+    pub seat: Seat,
+}
+
+impl Draft {
+    pub fn posting(&self) -> Posting {
+        Posting {
+            raw: self.raw.clone(),
+            hash: self.prepared.hash.clone(),
+            seat: self.seat,
+        }
+    }
+}
+
 /// A game's hub-held signing keys, each derived on first use. Boxed: an expanded key is
 /// about 220 bytes, and every game's actor has the two slots, signed or not.
 #[derive(Default)]

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use super::{idx, GameActor};
 use crate::game::custody;
 use crate::game::state::GameState;
-use crate::game::writer::{self, Draft};
+use crate::game::writer::{self, Posting};
 use crate::game::HubError;
 use crate::inbox::Record;
 use crate::rooms::Cause;
@@ -54,14 +54,14 @@ impl Handler<Snapshot> for GameActor {
 /// The next event for a hub-held seat: a move (`Some`) or a resign (`None`), built from
 /// the head and signed; the facade appends it.
 #[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<Draft, HubError>")]
+#[rtype(result = "Result<Posting, HubError>")]
 pub struct DraftMove {
     pub seat: Seat,
     pub mv: Option<Value>,
 }
 
 impl Handler<DraftMove> for GameActor {
-    type Result = Result<Draft, HubError>;
+    type Result = Result<Posting, HubError>;
 
     fn handle(&mut self, msg: DraftMove, _ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
@@ -78,7 +78,7 @@ impl Handler<DraftMove> for GameActor {
 #[derive(Debug)]
 pub enum Chosen {
     /// It is the seat's commit turn: append this commit.
-    Commit(Box<Draft>),
+    Commit(Posting),
     /// Not its turn yet: held, committed on its turn. The seat's state.
     Held(Box<GameState>),
 }
@@ -141,7 +141,7 @@ impl Handler<Choose> for GameActor {
             let signed = self.chain.signed();
             let draft = self.draft(event, signed);
             self.choice[s] = Some(msg.choice);
-            return Ok(Chosen::Commit(Box::new(draft)));
+            return Ok(Chosen::Commit(draft));
         }
         self.choice[s] = Some(msg.choice);
         if !self.held[s] {

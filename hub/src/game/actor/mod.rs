@@ -39,7 +39,7 @@ use super::seats::Registration;
 use super::state::{self, GameState, KeysView, Notice, Phase, ResultView, SharedState, ViewJson};
 use super::types::{GameSummary, Verdict};
 use super::waiters::Outcome;
-use super::writer::{self, Draft};
+use super::writer::{self, Draft, Posting};
 use super::HubError;
 use crate::inbox::{Record, StoredVerdict};
 use crate::rooms::{Cause, Publication, Views, Watchers};
@@ -532,8 +532,8 @@ impl GameActor {
             if reg.paired && reg.hub_writes_start() && !self.chain.is_skipped() {
                 let draft =
                     writer::finish(secret, &self.inbox, writer::start_event(&reg), reg.signed);
-                self.remember(&draft);
-                self.spawn_write(draft, ctx);
+                let posting = self.remember(draft);
+                self.spawn_write(posting, ctx);
             }
             return;
         }
@@ -572,14 +572,14 @@ impl GameActor {
             };
             let event = writer::next_event(&self.game, seq, head, seat, Some(mv));
             let signed = self.chain.signed();
-            let draft = self.draft(event, signed);
-            self.spawn_write(draft, ctx);
+            let posting = self.draft(event, signed);
+            self.spawn_write(posting, ctx);
             return;
         }
     }
 
     /// An event the hub writes for a seat, signed with that seat's key when `signed`.
-    fn draft(&mut self, event: Event, signed: bool) -> Draft {
+    fn draft(&mut self, event: Event, signed: bool) -> Posting {
         let key = if signed {
             let secret = &self.engine.config.secret;
             Some(self.keys.get(secret, &self.inbox, &self.game, event.player))
@@ -587,20 +587,22 @@ impl GameActor {
             None
         };
         let draft = writer::finish_with(key, event);
-        self.remember(&draft);
-        draft
+        self.remember(draft)
     }
 
-    /// Keeps a copy of a draft until it comes back from the inbox (see `drafts`).
-    fn remember(&mut self, draft: &Draft) {
+    /// Keeps a draft until it comes back from the inbox (see `drafts`); what appending it
+    /// takes is returned.
+    fn remember(&mut self, draft: Draft) -> Posting {
         if self.drafts.len() == MAX_DRAFTS {
             self.drafts.pop_front();
         }
-        self.drafts.push_back(draft.clone());
+        let posting = draft.posting();
+        self.drafts.push_back(draft);
+        posting
     }
 
-    fn spawn_write(&mut self, draft: Draft, ctx: &mut Context<Self>) {
-        self.writing = Some(draft.prepared.hash.clone());
+    fn spawn_write(&mut self, draft: Posting, ctx: &mut Context<Self>) {
+        self.writing = Some(draft.hash.clone());
         let inbox = self.engine.inbox.clone();
         let (name, game) = (self.inbox.clone(), self.game.clone());
         let fut = async move {

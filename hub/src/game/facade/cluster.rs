@@ -285,7 +285,7 @@ impl Hub {
             .await??
         {
             Chosen::Commit(draft) => {
-                let (capture, hash) = self.append_for(inbox, game, seat, *draft).await?;
+                let (capture, hash) = self.append_for(inbox, game, seat, draft).await?;
                 Ok(Forwarded::Appended(capture, hash))
             }
             Chosen::Held(_) => Ok(Forwarded::Held),
@@ -317,15 +317,14 @@ impl Hub {
         inbox: &str,
         game: &str,
         seat: Seat,
-        draft: crate::game::writer::Draft,
+        draft: crate::game::writer::Posting,
     ) -> Result<(Capture, String), HubError> {
-        let hash = draft.prepared.hash.clone();
         let capture = self
             .engine
             .inbox
             .append(inbox, game, Some(seat), draft.raw)
             .await?;
-        Ok((capture, hash))
+        Ok((capture, draft.hash))
     }
 
     /// After O paired here: in a cluster, the shard's owner is told, since it writes the

@@ -22,7 +22,7 @@ use super::engine::Engine;
 use super::seats::{self, Registration, Seats};
 use super::state::Phase;
 use super::types::{CreateGame, Created, NewCode, Paired, Posted, SeatAuth, Verdict};
-use super::writer::{self, Draft};
+use super::writer::{self, Posting};
 use super::{HubConfig, HubError};
 use crate::inbox::{Capture, Inbox};
 use crate::meta::Meta;
@@ -233,7 +233,7 @@ impl Hub {
             choice,
         };
         match self.engine.ask(&auth.inbox, &auth.game, msg).await?? {
-            Chosen::Commit(draft) => self.append_draft(auth, *draft).await,
+            Chosen::Commit(draft) => self.append_draft(auth, draft).await,
             Chosen::Held(state) => Ok(Posted {
                 capture: None,
                 hash: None,
@@ -458,7 +458,7 @@ impl Hub {
         }
     }
 
-    async fn append_draft(&self, auth: &SeatAuth, draft: Draft) -> Result<Posted, HubError> {
+    async fn append_draft(&self, auth: &SeatAuth, draft: Posting) -> Result<Posted, HubError> {
         let capture = self
             .engine
             .inbox
@@ -466,7 +466,7 @@ impl Hub {
             .await?;
         let game = (auth.inbox.as_str(), auth.game.as_str());
         Ok(self
-            .await_verdict(capture, game, || draft.prepared.hash, Some(auth.seat))
+            .await_verdict(capture, game, || draft.hash, Some(auth.seat))
             .await)
     }
 
