@@ -150,6 +150,16 @@ impl ViewJson {
     pub fn value(&self) -> Value {
         serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
     }
+
+    /// A seat's own view with the choice its custodian holds for it
+    /// ([`games::protocol::View::with_pending_choice`]).
+    pub fn with_pending_choice(&self, choice: &str) -> ViewJson {
+        ViewJson::from_value(
+            &games::protocol::View(self.value())
+                .with_pending_choice(choice)
+                .0,
+        )
+    }
 }
 
 impl PartialEq for ViewJson {

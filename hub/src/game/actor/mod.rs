@@ -36,7 +36,7 @@ use tokio::sync::oneshot;
 use super::custody::{self, Custodian};
 use super::engine::Engine;
 use super::seats::Registration;
-use super::state::{self, GameState, KeysView, Notice, Phase, ResultView, SharedState, ViewJson};
+use super::state::{self, GameState, KeysView, Notice, Phase, ResultView, SharedState};
 use super::types::{GameSummary, Verdict};
 use super::waiters::Outcome;
 use super::writer::{self, Draft, Posting};
@@ -467,9 +467,7 @@ impl GameActor {
         // (Only a seat's view is taken apart: the spectator's must come back whole.)
         if let Some(s) = seat {
             st.view = st.view.take().map(|view| match self.choice[idx(s)] {
-                Some(c) => ViewJson::from_value(
-                    &games::protocol::View(view.value()).with_pending_choice(c).0,
-                ),
+                Some(c) => view.with_pending_choice(c),
                 None => view,
             });
         }

@@ -21,7 +21,6 @@ use super::Hub;
 use crate::cluster::{verdicts, Forward, Forwarded};
 use crate::game::actor::{CatchUp, Choose, Chosen, DraftMove, Kick, Retire, Snapshot};
 use crate::game::seats::Registration;
-use crate::game::state::ViewJson;
 use crate::game::state::{Phase, SharedState};
 use crate::game::types::{Posted, SeatAuth, Verdict};
 use crate::game::waiters::Outcome;
@@ -248,11 +247,7 @@ impl Hub {
                     .await??;
                 // The owner holds the choice; the seat's own view shows it, as there.
                 if let Forward::Choice(c) = what {
-                    state.view = state.view.take().map(|v| {
-                        ViewJson::from_value(
-                            &games::protocol::View(v.value()).with_pending_choice(c).0,
-                        )
-                    });
+                    state.view = state.view.take().map(|v| v.with_pending_choice(c));
                 }
                 Ok(Some(Posted {
                     capture: None,
