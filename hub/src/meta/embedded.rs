@@ -1,5 +1,12 @@
-//! The embedded meta store: the whole map in memory, every change appended to a
-//! checksummed log (see [`crate::inbox::log`]) and fsynced before the call returns.
+//! The embedded meta store: every change appended to a checksummed log (see
+//! [`crate::inbox::log`]) and fsynced before the call returns; the keys in memory, each
+//! with where its value lies in the log.
+//!
+//! Values stay on disk (the page cache keeps the recent ones warm) and are read back with
+//! one `pread` by `get`, `scan` and `take`. The store holds a registration, two seats and
+//! a code tombstone for every game the hub ever seated, so values kept in memory were
+//! about a kilobyte of every finished game's footprint; a key and its position are about
+//! a hundred bytes.
 //!
 //! Changes are group-committed by one writer thread, like the inbox's appends: a caller
 //! stages its change and waits; the writer takes every staged change, writes them with one
@@ -17,8 +24,8 @@
 //! entries are written to a fresh segment, synced, and the old segments removed oldest
 //! first, so a crash at any point replays to the same map.
 //!
-//! What it deliberately does not do: read from disk after open, or retry after a failed
-//! write or fsync (the store stops taking writes: the kernel may have dropped the pages).
+//! What it deliberately does not do: cache values, or retry after a failed write or fsync
+//! (the store stops taking writes: the kernel may have dropped the pages).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -32,7 +39,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Meta;
-use crate::inbox::log::{self, SegmentLog};
+use crate::inbox::log::{self, FramePos, SegmentLog, Segments};
 use crate::inbox::StoreError;
 
 const PUT: u8 = 1;
@@ -51,8 +58,9 @@ pub struct EmbeddedMeta {
 
 /// What callers and the writer share.
 struct Shared {
-    /// Durable contents.
-    map: RwLock<BTreeMap<String, Bytes>>,
+    /// Durable contents: each key with where its value lies in the log.
+    map: RwLock<BTreeMap<String, FramePos>>,
+    segments: Segments,
     /// Lock order: `staged` before `map`.
     staged: Mutex<Staged>,
     failed: AtomicBool,
@@ -76,16 +84,35 @@ struct Change {
     reply: oneshot::Sender<Result<(), StoreError>>,
 }
 
-fn encode(out: &mut Vec<u8>, kind: u8, key: &str, value: &[u8]) {
+/// Appends one change's frame to `out`; returns where its value will lie once `out` is
+/// written at `base` in `segment`.
+fn encode(
+    out: &mut Vec<u8>,
+    kind: u8,
+    key: &str,
+    value: &[u8],
+    (segment, base): (u32, u64),
+) -> FramePos {
+    let offset = base + (out.len() + log::HEADER + 5 + key.len()) as u64;
     log::frame(out, |out| {
         out.push(kind);
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
         out.extend_from_slice(key.as_bytes());
         out.extend_from_slice(value);
     });
+    FramePos {
+        segment,
+        offset,
+        len: value.len() as u32,
+    }
 }
 
-fn apply(map: &mut BTreeMap<String, Bytes>, payload: &[u8]) -> Result<(), StoreError> {
+/// Replays one change read from the log at `frame`.
+fn apply(
+    map: &mut BTreeMap<String, FramePos>,
+    frame: FramePos,
+    payload: &[u8],
+) -> Result<(), StoreError> {
     let damaged = || StoreError::Corrupt("a meta entry cannot be read".into());
     let (&kind, rest) = payload.split_first().ok_or_else(damaged)?;
     let len_bytes = rest.get(..4).ok_or_else(damaged)?;
@@ -94,7 +121,12 @@ fn apply(map: &mut BTreeMap<String, Bytes>, payload: &[u8]) -> Result<(), StoreE
     let len = u32::from_le_bytes(word) as usize;
     let key = rest.get(4..4 + len).ok_or_else(damaged)?;
     let key = std::str::from_utf8(key).map_err(|_| damaged())?.to_string();
-    let value = Bytes::copy_from_slice(&rest[4 + len..]);
+    let skip = 1 + 4 + len;
+    let value = FramePos {
+        segment: frame.segment,
+        offset: frame.offset + skip as u64,
+        len: frame.len - skip as u32,
+    };
     match kind {
         PUT => {
             map.insert(key, value);
@@ -116,25 +148,36 @@ impl EmbeddedMeta {
     /// share a directory with the inbox.
     pub fn open(dir: &Path) -> Result<EmbeddedMeta, StoreError> {
         let mut map = BTreeMap::new();
-        let (mut log, replayed) =
-            SegmentLog::open(dir, "meta", u64::MAX, |_, payload| apply(&mut map, payload))?;
+        let (mut log, replayed) = SegmentLog::open(dir, "meta", u64::MAX, |frame, payload| {
+            apply(&mut map, frame, payload)
+        })?;
         let live: u64 = map
             .iter()
-            .map(|(k, v)| (log::HEADER + 5 + k.len() + v.len()) as u64)
+            .map(|(k, v)| (log::HEADER + 5 + k.len()) as u64 + u64::from(v.len))
             .sum();
+        let segments = log.segments();
         if replayed.bytes > COMPACT_MIN_BYTES && replayed.bytes > COMPACT_RATIO * live {
-            let mut buf = Vec::new();
-            for (key, value) in &map {
-                encode(&mut buf, PUT, key, value);
-            }
+            // The live entries go to a fresh segment, which becomes the first and only one
+            // (segment 0) once the older ones are removed.
             log.roll()?;
+            let (_, base) = log.reserve(0)?;
+            let mut buf = Vec::new();
+            let mut moved = Vec::with_capacity(map.len());
+            for (key, at) in &map {
+                let value = segments.read(*at)?;
+                moved.push(encode(&mut buf, PUT, key, &value, (0, base)));
+            }
             log.write_batch(&buf, true)?;
             log.drop_older_segments()?;
+            for (at, moved) in map.values_mut().zip(moved) {
+                *at = moved;
+            }
             tracing::info!(from = replayed.bytes, to = buf.len(), "meta log compacted");
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             map: RwLock::new(map),
+            segments,
             staged: Mutex::new(Staged {
                 next: 0,
                 newest: HashMap::new(),
@@ -158,14 +201,15 @@ impl EmbeddedMeta {
         self.shared.syncs.load(Ordering::Relaxed)
     }
 
-    /// Stages a change if `check` (given the key's current value, staged or durable)
+    /// Stages a change if `check` (told whether the key holds a value, staged or durable)
     /// allows it, and waits until it is durable. `Ok(None)`: `check` refused; otherwise
-    /// the value the key had.
+    /// the value the key had when `read_before` is set (`Some(None)` when it is not).
     async fn change(
         &self,
         key: &str,
         value: Option<Bytes>,
-        check: impl FnOnce(Option<&Bytes>) -> bool,
+        read_before: bool,
+        check: impl FnOnce(bool) -> bool,
     ) -> Result<Option<Option<Bytes>>, StoreError> {
         if self.shared.failed.load(Ordering::Acquire) {
             return Err(unavailable());
@@ -174,12 +218,22 @@ impl EmbeddedMeta {
         let before = {
             let mut staged = self.shared.staged.lock();
             let before = match staged.newest.get(key) {
-                Some((_, v)) => v.clone(),
-                None => self.shared.map.read().get(key).cloned(),
+                Some((_, v)) => Before::Staged(v.clone()),
+                None => match self.shared.map.read().get(key) {
+                    Some(at) => Before::Durable(*at),
+                    None => Before::Staged(None),
+                },
             };
-            if !check(before.as_ref()) {
+            let present = !matches!(before, Before::Staged(None));
+            if !check(present) {
                 return Ok(None);
             }
+            // Read under the lock, before staging: after a failed read nothing changes.
+            let before = match before {
+                _ if !read_before => None,
+                Before::Staged(v) => v,
+                Before::Durable(at) => Some(self.shared.read(at)?),
+            };
             let number = staged.next;
             staged.next += 1;
             let change = Change {
@@ -200,9 +254,27 @@ impl EmbeddedMeta {
     }
 }
 
+/// A key's value before a change: staged (`None`: deleted or absent), or durable at a
+/// place in the log.
+enum Before {
+    Staged(Option<Bytes>),
+    Durable(FramePos),
+}
+
+impl Shared {
+    /// A durable value, read back from the log.
+    fn read(&self, at: FramePos) -> Result<Bytes, StoreError> {
+        if at.len == 0 {
+            return Ok(Bytes::new());
+        }
+        self.segments.read(at).map(Bytes::from)
+    }
+}
+
 /// The writer thread: one write and one fsync per batch of staged changes.
 fn run(shared: &Shared, mut log: SegmentLog, mut rx: mpsc::UnboundedReceiver<Change>) {
     let mut batch = Vec::with_capacity(64);
+    let mut places = Vec::with_capacity(64);
     let mut buf = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         batch.push(first);
@@ -213,17 +285,20 @@ fn run(shared: &Shared, mut log: SegmentLog, mut rx: mpsc::UnboundedReceiver<Cha
             }
         }
         buf.clear();
-        for c in &batch {
-            match &c.value {
-                Some(v) => encode(&mut buf, PUT, &c.key, v),
-                None => encode(&mut buf, DELETE, &c.key, &[]),
-            }
-        }
+        places.clear();
         let failed = shared.failed.load(Ordering::Acquire);
         let written = if failed {
             Err(unavailable())
         } else {
-            log.write_batch(&buf, true)
+            log.reserve(0).and_then(|at| {
+                for c in &batch {
+                    places.push(match &c.value {
+                        Some(v) => encode(&mut buf, PUT, &c.key, v, at),
+                        None => encode(&mut buf, DELETE, &c.key, &[], at),
+                    });
+                }
+                log.write_batch(&buf, true)
+            })
         };
         if let Err(e) = &written {
             if !failed {
@@ -238,11 +313,11 @@ fn run(shared: &Shared, mut log: SegmentLog, mut rx: mpsc::UnboundedReceiver<Cha
         {
             let mut staged = shared.staged.lock();
             let mut map = shared.map.write();
-            for c in &batch {
+            for (i, c) in batch.iter().enumerate() {
                 if written.is_ok() {
-                    match &c.value {
-                        Some(v) => map.insert(c.key.clone(), v.clone()),
-                        None => map.remove(&c.key),
+                    match (&c.value, places.get(i)) {
+                        (Some(_), Some(at)) => map.insert(c.key.clone(), *at),
+                        _ => map.remove(&c.key),
                     };
                 }
                 if staged
@@ -279,38 +354,53 @@ impl Drop for EmbeddedMeta {
 #[async_trait]
 impl Meta for EmbeddedMeta {
     async fn put(&self, key: &str, value: Bytes) -> Result<(), StoreError> {
-        self.change(key, Some(value), |_| true).await.map(|_| ())
+        self.change(key, Some(value), false, |_| true)
+            .await
+            .map(|_| ())
     }
 
     async fn insert_new(&self, key: &str, value: Bytes) -> Result<bool, StoreError> {
         Ok(self
-            .change(key, Some(value), |v| v.is_none())
+            .change(key, Some(value), false, |present| !present)
             .await?
             .is_some())
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        Ok(self.shared.map.read().get(key).cloned())
+        let at = self.shared.map.read().get(key).copied();
+        at.map(|at| self.shared.read(at)).transpose()
     }
 
     async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        Ok(self.take(key).await?.is_some())
+        Ok(self
+            .change(key, None, false, |present| present)
+            .await?
+            .is_some())
     }
 
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        Ok(self.change(key, None, |v| v.is_some()).await?.flatten())
+        Ok(self
+            .change(key, None, true, |present| present)
+            .await?
+            .flatten())
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError> {
-        let map = self.shared.map.read();
-        Ok(map
+        let places: Vec<(String, FramePos)> = self
+            .shared
+            .map
+            .read()
             .range::<str, _>((
                 std::ops::Bound::Included(prefix),
                 std::ops::Bound::Unbounded,
             ))
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect())
+            .map(|(k, at)| (k.clone(), *at))
+            .collect();
+        places
+            .into_iter()
+            .map(|(k, at)| Ok((k, self.shared.read(at)?)))
+            .collect()
     }
 
     fn ready(&self) -> bool {
@@ -398,6 +488,12 @@ mod tests {
             !segment.exists(),
             "the compacted log replaces the old segment"
         );
+        // Values are read back from the compacted segment, and new ones from after it.
+        meta.put("new", b("after")).await.expect("put");
+        assert_eq!(meta.get("new").await.expect("get"), Some(b("after")));
+        assert_eq!(meta.take("last").await.expect("take"), Some(b("kept")));
+        meta.put("last", b("kept")).await.expect("put");
+        assert!(meta.delete("new").await.expect("delete"));
         drop(meta);
         let meta = EmbeddedMeta::open(dir.path()).expect("reopen compacted");
         assert_eq!(
