@@ -2,7 +2,11 @@
 //!
 //! Creating a game reserves its id in its inbox and seats X; redeeming X's pairing code
 //! seats O. Every record here lives in the durable [`Meta`] store (fsynced before we
-//! answer) and in memory for lookups on the hot path:
+//! answer); the registrations and seat tokens of *open* games (created and not yet finished
+//! or cancelled) are also kept in memory for lookups on the hot path. A finished game
+//! leaves that cache when it closes (its tokens at the next sweep), so the memory a hub
+//! needs follows its open games, not every game it ever seated; a lookup that misses the
+//! cache reads the store:
 //!
 //! - `game/{inbox}/{game}`: the [`Registration`] (protocol, validated rules, keys and who
 //!   holds them, paired or not, the host person).
@@ -20,6 +24,7 @@
 //! What this module deliberately does not do: judge events, or write to the inbox. It
 //! answers "which seat is this" and "what was registered"; the facade enforces it.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -27,9 +32,11 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use games::key::GameIds;
 use games::{crypto, Seat};
+use parking_lot::Mutex;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 use super::types::SeatAuth;
 use super::HubError;
@@ -41,10 +48,10 @@ pub struct Registration {
     pub inbox: String,
     pub game: String,
     /// The protocol's canonical ref and id.
-    pub protocol: String,
-    pub protocol_id: String,
+    pub protocol: Arc<str>,
+    pub protocol_id: Arc<str>,
     /// The validated rules, defaults filled in, without `keys` and `inboxes`.
-    pub rules: Map<String, Value>,
+    pub rules: Arc<Map<String, Value>>,
     pub signed: bool,
     /// Public keys (64 hex) once known; `None` for an unsigned game.
     pub key_x: Option<String>,
@@ -166,6 +173,30 @@ fn game_key(inbox: &str, game: &str) -> String {
     format!("game/{inbox}/{game}")
 }
 
+fn token_hash(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn seat_key(token_hash: &[u8; 32]) -> String {
+    format!("seat/{}", crypto::to_hex(token_hash))
+}
+
+/// A `seat/{hash}` record: the token's hash and the seat it opens.
+fn parse_seat(key: &str, value: &[u8]) -> Option<([u8; 32], SeatAuth)> {
+    let mut hash = [0u8; 32];
+    hex::decode_to_slice(key.strip_prefix("seat/")?, &mut hash).ok()?;
+    let rec = serde_json::from_slice::<SeatRecord>(value).ok()?;
+    let seat = Seat::parse(&rec.seat)?;
+    Some((
+        hash,
+        SeatAuth {
+            inbox: rec.inbox,
+            game: rec.game,
+            seat,
+        },
+    ))
+}
+
 fn open_key(person: &str, inbox: &str, game: &str) -> String {
     format!("open/{person}/{inbox}/{game}")
 }
@@ -180,70 +211,158 @@ fn json_bytes<T: Serialize>(value: &T) -> Result<Bytes, HubError> {
         .map_err(|e| HubError::Unavailable(format!("cannot encode a record: {e}")))
 }
 
-/// The seats of every seated game: durable in [`Meta`], cached in memory.
+/// The seats of every seated game: durable in [`Meta`], those of open games cached in
+/// memory.
 pub struct Seats {
     meta: Arc<dyn Meta>,
-    tokens: DashMap<String, SeatAuth>,
-    /// Shared, not copied: every move reads its game's registration.
+    /// Seats of open games (and of games closed since the last sweep), keyed by the
+    /// token's SHA-256 as bytes (the store's keys spell it in hex).
+    tokens: DashMap<[u8; 32], SeatAuth>,
+    /// Registrations of open games. Shared, not copied: every move reads its game's.
     games: DashMap<(String, String), Arc<Registration>>,
     /// Open games per host person.
     open: DashMap<String, u64>,
+    commons: Mutex<Commons>,
+}
+
+/// At most this many distinct protocol names and rule sets are shared (see [`Commons`]).
+const MAX_COMMONS: usize = 256;
+
+/// What most registrations have in common, kept once: the protocol's ref and id and its
+/// rules (nearly every game plays its protocol's defaults). The cache holds a registration
+/// for every game the hub has seated, finished ones included, and a private copy of the
+/// rules was most of each one's memory. Bounded: past [`MAX_COMMONS`] distinct values a
+/// registration keeps its own copy.
+#[derive(Default)]
+struct Commons {
+    texts: HashSet<Arc<str>>,
+    rules: HashMap<String, Arc<Map<String, Value>>>,
+}
+
+impl Commons {
+    fn text(&mut self, text: &Arc<str>) -> Arc<str> {
+        if let Some(shared) = self.texts.get(text) {
+            return shared.clone();
+        }
+        if self.texts.len() < MAX_COMMONS {
+            self.texts.insert(text.clone());
+        }
+        text.clone()
+    }
+
+    fn rules(&mut self, rules: &Arc<Map<String, Value>>) -> Arc<Map<String, Value>> {
+        // A `Map` is ordered by key, so equal rules serialize alike.
+        let Ok(text) = serde_json::to_string(&**rules) else {
+            return rules.clone();
+        };
+        if let Some(shared) = self.rules.get(&text) {
+            return shared.clone();
+        }
+        if self.rules.len() < MAX_COMMONS {
+            self.rules.insert(text, rules.clone());
+        }
+        rules.clone()
+    }
+
+    /// `reg` with its common parts shared.
+    fn share(&mut self, mut reg: Registration) -> Arc<Registration> {
+        reg.protocol = self.text(&reg.protocol);
+        reg.protocol_id = self.text(&reg.protocol_id);
+        reg.rules = self.rules(&reg.rules);
+        Arc::new(reg)
+    }
 }
 
 impl Seats {
-    /// Loads every seat, registration and open-game record.
+    /// Loads the open-game records, and the registrations and seats of those games.
     pub async fn load(meta: Arc<dyn Meta>) -> Result<Seats, HubError> {
         let seats = Seats {
             meta,
             tokens: DashMap::new(),
             games: DashMap::new(),
             open: DashMap::new(),
+            commons: Mutex::new(Commons::default()),
         };
-        for (key, value) in seats.meta.scan("seat/").await? {
-            let Ok(rec) = serde_json::from_slice::<SeatRecord>(&value) else {
-                tracing::warn!(%key, "unreadable seat record skipped");
-                continue;
-            };
-            let Some(seat) = Seat::parse(&rec.seat) else {
-                continue;
-            };
-            let hash = key.trim_start_matches("seat/").to_string();
-            seats.tokens.insert(
-                hash,
-                SeatAuth {
-                    inbox: rec.inbox,
-                    game: rec.game,
-                    seat,
-                },
-            );
-        }
-        for (key, value) in seats.meta.scan("game/").await? {
-            match serde_json::from_slice::<Registration>(&value) {
-                Ok(reg) => {
-                    seats
-                        .games
-                        .insert((reg.inbox.clone(), reg.game.clone()), Arc::new(reg));
-                }
-                Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
-            }
-        }
+        let mut open_games = HashSet::new();
         for (key, _) in seats.meta.scan("open/").await? {
             // open/{person}/{inbox}/{game}: the person may itself hold slashes only in
             // theory (addresses and token hashes do not), so count by the known tail.
             let rest = key.trim_start_matches("open/");
             let mut parts = rest.rsplitn(3, '/');
-            let (_, _, person) = (parts.next(), parts.next(), parts.next());
-            if let Some(person) = person {
+            if let (Some(game), Some(inbox), Some(person)) =
+                (parts.next(), parts.next(), parts.next())
+            {
                 *seats.open.entry(person.to_string()).or_insert(0) += 1;
+                open_games.insert((inbox.to_string(), game.to_string()));
+            }
+        }
+        let is_open = |inbox: &str, game: &str| open_games.contains(&(inbox, game) as &dyn GameIds);
+        for (key, value) in seats.meta.scan("game/").await? {
+            match serde_json::from_slice::<Registration>(&value) {
+                Ok(reg) if is_open(&reg.inbox, &reg.game) => {
+                    seats.cache(reg);
+                }
+                Ok(_) => {}
+                Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
+            }
+        }
+        for (key, value) in seats.meta.scan("seat/").await? {
+            let Some((hash, auth)) = parse_seat(&key, &value) else {
+                tracing::warn!(%key, "unreadable seat record skipped");
+                continue;
+            };
+            if is_open(&auth.inbox, &auth.game) {
+                seats.tokens.insert(hash, auth);
             }
         }
         Ok(seats)
     }
 
-    /// The seat a token opens.
+    /// The seat a token opens, if its game is open (else see [`Seats::stored_token`]).
     pub fn seat_for_token(&self, token: &str) -> Option<SeatAuth> {
-        let hash = crypto::sha256_hex(token.as_bytes());
-        self.tokens.get(&hash).map(|s| s.clone())
+        self.tokens.get(&token_hash(token)).map(|s| s.clone())
+    }
+
+    /// The seat a token opens, read from the store (a finished game's, or one another hub
+    /// node issued). Not cached.
+    pub async fn stored_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<(SeatAuth, [u8; 32])>, HubError> {
+        let hash = token_hash(token);
+        let key = seat_key(&hash);
+        Ok(self
+            .meta
+            .get(&key)
+            .await?
+            .and_then(|value| parse_seat(&key, &value))
+            .map(|(_, auth)| (auth, hash)))
+    }
+
+    /// A registration read from the store (a finished game's, or one another hub node
+    /// wrote). Not cached.
+    pub async fn stored_registration(
+        &self,
+        inbox: &str,
+        game: &str,
+    ) -> Result<Option<Arc<Registration>>, HubError> {
+        let Some(value) = self.meta.get(&game_key(inbox, game)).await? else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_slice::<Registration>(&value)
+            .ok()
+            .map(|reg| self.commons.lock().share(reg)))
+    }
+
+    /// Forgets the cached seats of games that are no longer open (run now and then: a
+    /// closing game does not look its two tokens up among every open game's).
+    pub fn forget_closed_seats(&self) -> usize {
+        let before = self.tokens.len();
+        self.tokens.retain(|_, auth| {
+            self.games
+                .contains_key(&(auth.inbox.as_str(), auth.game.as_str()) as &dyn GameIds)
+        });
+        before - self.tokens.len()
     }
 
     #[cfg(test)]
@@ -258,18 +377,13 @@ impl Seats {
         inbox: &str,
         game: &str,
     ) -> Result<Option<Arc<Registration>>, HubError> {
-        let key = (inbox.to_string(), game.to_string());
         match self.meta.get(&game_key(inbox, game)).await? {
             Some(value) => match serde_json::from_slice::<Registration>(&value) {
-                Ok(reg) => {
-                    let reg = Arc::new(reg);
-                    self.games.insert(key, reg.clone());
-                    Ok(Some(reg))
-                }
+                Ok(reg) => Ok(Some(self.cache(reg))),
                 Err(_) => Ok(self.registration(inbox, game)),
             },
             None => {
-                self.games.remove(&key);
+                self.games.remove(&(inbox, game) as &dyn GameIds);
                 Ok(None)
             }
         }
@@ -289,10 +403,17 @@ impl Seats {
         self.games
             .retain(|(i, g), _| i != inbox || fresh.iter().any(|r| &r.game == g));
         for reg in fresh {
-            self.games
-                .insert((reg.inbox.clone(), reg.game.clone()), Arc::new(reg));
+            self.cache(reg);
         }
         Ok(())
+    }
+
+    /// Puts `reg` in the cache, its common parts shared; returns the cached copy.
+    fn cache(&self, reg: Registration) -> Arc<Registration> {
+        let reg = self.commons.lock().share(reg);
+        self.games
+            .insert((reg.inbox.clone(), reg.game.clone()), reg.clone());
+        reg
     }
 
     /// How many open games `person` hosts, counted in the store (every hub node's).
@@ -302,26 +423,14 @@ impl Seats {
 
     /// Looks a token up in the store (issued by another hub node) and caches it.
     pub async fn refresh_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
-        let hash = crypto::sha256_hex(token.as_bytes());
-        let Some(value) = self.meta.get(&format!("seat/{hash}")).await? else {
+        let Some((auth, hash)) = self.stored_token(token).await? else {
             return Ok(None);
-        };
-        let Ok(rec) = serde_json::from_slice::<SeatRecord>(&value) else {
-            return Ok(None);
-        };
-        let Some(seat) = Seat::parse(&rec.seat) else {
-            return Ok(None);
-        };
-        let auth = SeatAuth {
-            inbox: rec.inbox,
-            game: rec.game,
-            seat,
         };
         self.tokens.insert(hash, auth.clone());
         Ok(Some(auth))
     }
 
-    /// The registration of a reserved game.
+    /// The registration of an open game (else see [`Seats::stored_registration`]).
     pub fn registration(&self, inbox: &str, game: &str) -> Option<Arc<Registration>> {
         self.games
             .get(&(inbox, game) as &dyn GameIds)
@@ -351,23 +460,20 @@ impl Seats {
         self.meta
             .put(&game_key(&reg.inbox, &reg.game), json_bytes(reg)?)
             .await?;
-        self.games
-            .insert((reg.inbox.clone(), reg.game.clone()), Arc::new(reg.clone()));
+        self.cache(reg.clone());
         Ok(())
     }
 
     /// Issues a seat token and stores its hash.
     async fn issue_token(&self, inbox: &str, game: &str, seat: Seat) -> Result<String, HubError> {
         let token = new_token();
-        let hash = crypto::sha256_hex(token.as_bytes());
+        let hash = token_hash(&token);
         let rec = SeatRecord {
             inbox: inbox.to_string(),
             game: game.to_string(),
             seat: seat.as_str().to_string(),
         };
-        self.meta
-            .put(&format!("seat/{hash}"), json_bytes(&rec)?)
-            .await?;
+        self.meta.put(&seat_key(&hash), json_bytes(&rec)?).await?;
         self.tokens.insert(
             hash,
             SeatAuth {
@@ -512,20 +618,21 @@ impl Seats {
         self.games.remove(&(reg.inbox.clone(), reg.game.clone()));
         self.close(&reg).await?;
         // X's token now opens nothing: drop it so it answers 401.
-        let stale: Vec<String> = self
+        let stale: Vec<[u8; 32]> = self
             .tokens
             .iter()
             .filter(|e| e.value().inbox == reg.inbox && e.value().game == reg.game)
-            .map(|e| e.key().clone())
+            .map(|e| *e.key())
             .collect();
         for hash in stale {
-            self.meta.delete(&format!("seat/{hash}")).await?;
+            self.meta.delete(&seat_key(&hash)).await?;
             self.tokens.remove(&hash);
         }
         Ok(())
     }
 
-    /// The game no longer counts as open for its host (finished or cancelled).
+    /// The game no longer counts as open for its host (finished or cancelled), and leaves
+    /// the cache.
     pub async fn close(&self, reg: &Registration) -> Result<(), HubError> {
         if self
             .meta
@@ -536,6 +643,8 @@ impl Seats {
                 *n = n.saturating_sub(1);
             }
         }
+        self.games
+            .remove(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds);
         Ok(())
     }
 
@@ -639,6 +748,71 @@ mod tests {
         let a = new_token();
         assert_eq!(a.len(), 64);
         assert_ne!(a, new_token());
+    }
+
+    fn registration(game: &str, rules: Value) -> Registration {
+        Registration {
+            inbox: "lobby".into(),
+            game: game.into(),
+            protocol: "pipehub:connect-four".into(),
+            protocol_id: "0".repeat(64).into(),
+            rules: Arc::new(rules.as_object().cloned().expect("an object")),
+            signed: false,
+            key_x: None,
+            key_o: None,
+            agent_x: false,
+            agent_o: false,
+            paired: false,
+            host: "host".into(),
+            created_ms: 0,
+            code_hash: None,
+        }
+    }
+
+    #[actix_rt::test]
+    async fn registrations_share_what_they_have_in_common_and_store_it_in_full() {
+        let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
+        let seats = Seats::load(meta.clone()).await.expect("load");
+        let defaults = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+        for (game, rules) in [
+            ("g1", defaults.clone()),
+            ("g2", defaults.clone()),
+            (
+                "g3",
+                serde_json::json!({"rows": 5, "cols": 7, "winLength": 4}),
+            ),
+        ] {
+            seats
+                .create(registration(game, rules), 60_000)
+                .await
+                .expect("create");
+        }
+        let shared = |seats: &Seats| {
+            let [a, b, c] = ["g1", "g2", "g3"].map(|g| seats.registration("lobby", g).expect(g));
+            assert!(Arc::ptr_eq(&a.rules, &b.rules), "equal rules are one copy");
+            assert!(!Arc::ptr_eq(&a.rules, &c.rules));
+            assert_eq!(
+                *c.rules,
+                *registration(
+                    "g3",
+                    serde_json::json!({"rows": 5, "cols": 7, "winLength": 4})
+                )
+                .rules
+            );
+            assert!(Arc::ptr_eq(&a.protocol_id, &c.protocol_id));
+            assert!(Arc::ptr_eq(&a.protocol, &b.protocol));
+        };
+        shared(&seats);
+        // The store holds each registration whole, and a restart shares again.
+        let stored = meta
+            .get("game/lobby/g2")
+            .await
+            .expect("get")
+            .expect("stored");
+        let stored: Registration = serde_json::from_slice(&stored).expect("a registration");
+        assert_eq!(*stored.rules, *registration("g2", defaults).rules);
+        assert_eq!(&*stored.protocol, "pipehub:connect-four");
+        shared(&Seats::load(meta).await.expect("reload"));
     }
 
     #[test]

@@ -104,7 +104,7 @@ pub fn hub_public_key(secret: &[u8], inbox: &str, game: &str, seat: Seat) -> Str
 /// The start of a seated game, as the hub (or X's agent) must write it: the registered
 /// protocol and rules, both keys when signed, and `rules.inboxes: [inbox]`.
 pub fn start_event(reg: &Registration) -> Event {
-    let mut rules: Map<String, Value> = reg.rules.clone();
+    let mut rules: Map<String, Value> = Map::clone(&reg.rules);
     if reg.signed {
         let mut keys = Map::new();
         keys.insert(
@@ -128,7 +128,7 @@ pub fn start_event(reg: &Registration) -> Event {
         player: Seat::X,
         action: Action::Start,
         mv: None,
-        protocol: Some(reg.protocol.clone()),
+        protocol: Some(reg.protocol.to_string()),
         rules: Some(rules),
         status: None,
         sig: None,

@@ -373,7 +373,7 @@ impl GameActor {
             ),
             _ => match self.registration() {
                 Some(reg) if !self.chain.is_skipped() => (
-                    reg.protocol.clone(),
+                    reg.protocol.to_string(),
                     if reg.paired {
                         Phase::Paired
                     } else {

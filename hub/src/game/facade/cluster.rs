@@ -180,8 +180,11 @@ impl Hub {
     ) -> Result<Option<Arc<Registration>>, HubError> {
         if self.clustered() {
             self.engine.seats.refresh(inbox, game).await
+        } else if let Some(reg) = self.engine.seats.registration(inbox, game) {
+            Ok(Some(reg))
         } else {
-            Ok(self.engine.seats.registration(inbox, game))
+            // Not open: finished (and out of the cache), or not seated at all.
+            self.engine.seats.stored_registration(inbox, game).await
         }
     }
 
@@ -191,10 +194,17 @@ impl Hub {
         if let Some(auth) = self.engine.seats.seat_for_token(token) {
             return Some(auth);
         }
-        if !self.clustered() {
-            return None;
-        }
-        self.engine.seats.refresh_token(token).await.ok().flatten()
+        let stored = if self.clustered() {
+            self.engine.seats.refresh_token(token).await
+        } else {
+            // A finished game's seat is no longer cached.
+            let stored = self.engine.seats.stored_token(token).await;
+            stored.map(|found| found.map(|(auth, _)| auth))
+        };
+        stored
+            .inspect_err(|e| tracing::warn!(error = %e, "a seat token could not be looked up"))
+            .ok()
+            .flatten()
     }
 
     /// A hub-held write for a game whose shard another node owns: handed to the owner,

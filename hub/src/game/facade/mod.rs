@@ -86,6 +86,7 @@ impl Hub {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(10)) => {
                         sweeper.waiters.sweep(super::waiters::DONE_TTL);
+                        sweeper.seats.forget_closed_seats();
                         sweeper.count_games();
                         // Hourly (and soon after start): forget pairing codes dead for a day.
                         if tick % 360 == 0 {
@@ -303,9 +304,9 @@ impl Hub {
         let reg = Registration {
             inbox: inbox.to_string(),
             game: game.clone(),
-            protocol: protocol.refs().first().copied().unwrap_or("").to_string(),
-            protocol_id: protocol.id().to_string(),
-            rules,
+            protocol: protocol.refs().first().copied().unwrap_or("").into(),
+            protocol_id: protocol.id().into(),
+            rules: Arc::new(rules),
             signed: req.signed,
             key_x,
             key_o: None,
@@ -418,6 +419,16 @@ impl Hub {
     #[cfg(test)]
     pub(crate) fn seat_for_token_count(&self) -> usize {
         self.engine.seats.token_count()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn registration_cached(&self, inbox: &str, game: &str) -> bool {
+        self.engine.seats.registration(inbox, game).is_some()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn forget_closed_seats(&self) -> usize {
+        self.engine.seats.forget_closed_seats()
     }
 
     // ---- helpers ----
@@ -554,14 +565,14 @@ impl Hub {
         let Some(protocol) = registry.resolve(event.protocol.as_deref()) else {
             return differs("protocol");
         };
-        if protocol.id() != reg.protocol_id {
+        if protocol.id() != &*reg.protocol_id {
             return differs("protocol");
         }
         let mut given = event.rules.clone().unwrap_or_default();
         let keys = given.remove("keys");
         given.remove("inboxes");
         match protocol.rules(&given) {
-            Ok(rules) if rules == reg.rules => {}
+            Ok(rules) if rules == *reg.rules => {}
             _ => return differs("rules"),
         }
         let want = reg.signed.then(|| {

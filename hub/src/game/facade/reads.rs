@@ -134,7 +134,7 @@ impl Hub {
                 last_created = reg.created_ms;
                 items.push(GameSummary {
                     game: reg.game.clone(),
-                    protocol: Some(reg.protocol.clone()),
+                    protocol: Some(reg.protocol.to_string()),
                     phase: if reg.paired {
                         Phase::Paired
                     } else {

@@ -79,3 +79,112 @@ async fn a_seated_game_survives_a_restart_on_the_embedded_store() {
     assert_eq!(report[0].verdict, EntryVerdict::Ok);
     g.hub.shutdown().await;
 }
+
+#[actix_rt::test]
+async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_the_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (inbox, meta) = stores(dir.path());
+    let f = open_on(inbox, meta, config()).await;
+    let create = || CreateGame {
+        protocol: Some("pipehub:tic-tac-toe".into()),
+        rules: None,
+        signed: false,
+        key: None,
+    };
+    // One game played to the end, one left open.
+    let created = f
+        .hub
+        .create_game(INBOX, create(), "host-1")
+        .await
+        .expect("create");
+    let paired = f.hub.pair(&created.pairing_code, None).await.expect("pair");
+    let open = f
+        .hub
+        .create_game(INBOX, create(), "host-1")
+        .await
+        .expect("create");
+    let x = f.hub.seat_for_token(&created.token).await.expect("X");
+    let o = f.hub.seat_for_token(&paired.token).await.expect("O");
+    for (auth, r, c) in [(&x, 0, 0), (&o, 1, 0), (&x, 0, 1), (&o, 1, 1), (&x, 0, 2)] {
+        let p = f
+            .hub
+            .post_move(auth, json!({"move": {"row": r, "col": c}}))
+            .await
+            .expect("move");
+        assert_eq!(p.verdict, Verdict::Accepted);
+    }
+    // The finished game closes (asynchronously, after its last verdict).
+    for _ in 0..100 {
+        if f.hub.engine_open_games("host-1") == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(f.hub.engine_open_games("host-1"), 1);
+    assert!(!f.hub.registration_cached(INBOX, &x.game));
+    assert!(f.hub.registration_cached(INBOX, &open.game));
+    assert_eq!(
+        f.hub.forget_closed_seats(),
+        2,
+        "the finished game's two seats"
+    );
+    assert_eq!(f.hub.seat_for_token_count(), 1, "the open game's X");
+
+    let check = |hub: Hub| {
+        let (x_token, o_token, x, o) = (
+            created.token.clone(),
+            paired.token.clone(),
+            x.clone(),
+            o.clone(),
+        );
+        async move {
+            // Its tokens still open their seats, read from the store.
+            assert_eq!(hub.seat_for_token(&x_token).await, Some(x.clone()));
+            assert_eq!(hub.seat_for_token(&o_token).await, Some(o.clone()));
+            assert_eq!(hub.seat_for_token(&"0".repeat(64)).await, None);
+            // Seat rules still hold: a move is judged (the game is over), and another
+            // seat's token cannot write for X.
+            match hub
+                .post_move(&x, json!({"move": {"row": 2, "col": 2}}))
+                .await
+            {
+                Ok(p) => assert_ne!(p.verdict, Verdict::Accepted),
+                Err(e) => assert!(matches!(e, HubError::Refused(_)), "{e:?}"),
+            }
+            let state = hub
+                .state(INBOX, &x.game, Viewer::Seat(Seat::O))
+                .await
+                .expect("state");
+            let mv = event(
+                &x.game,
+                6,
+                &state.head.unwrap_or_default(),
+                Seat::X,
+                rc(2, 2),
+            );
+            let raw = Bytes::from(mv.to_json());
+            let foreign = hub.post_event(INBOX, mv, raw, Some(o.clone())).await;
+            assert!(
+                matches!(foreign, Err(HubError::Forbidden(_))),
+                "{foreign:?}"
+            );
+            let state = hub
+                .state(INBOX, &x.game, Viewer::Seat(Seat::X))
+                .await
+                .expect("state");
+            assert_eq!(state.result.map(|r| r.winner), Some(Some(Seat::X)));
+            hub
+        }
+    };
+    check(f.hub.clone()).await.shutdown().await;
+    drop(f);
+
+    // After a restart only the open game is loaded into the cache.
+    let (inbox, meta) = stores(dir.path());
+    let g = open_on(inbox, meta, config()).await;
+    assert_eq!(g.hub.seat_for_token_count(), 1);
+    assert!(g.hub.registration_cached(INBOX, &open.game));
+    assert!(!g.hub.registration_cached(INBOX, &x.game));
+    assert_eq!(g.hub.engine_open_games("host-1"), 1);
+    check(g.hub.clone()).await.shutdown().await;
+}
