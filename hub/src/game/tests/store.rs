@@ -24,22 +24,27 @@ fn stores(dir: &std::path::Path) -> (Arc<dyn Inbox>, Arc<dyn Meta>) {
     (Arc::new(inbox), Arc::new(meta))
 }
 
-#[actix_rt::test]
-async fn a_seated_game_survives_a_restart_on_the_embedded_store() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (inbox, meta) = stores(dir.path());
-    let f = open_on(inbox, meta, config()).await;
-    let (x, o) = seated(&f, "pipehub:tic-tac-toe", true).await;
+/// Plays hub-held tic-tac-toe moves, each accepted; returns the last one's capture.
+async fn play(hub: &Hub, moves: &[(&SeatAuth, i64, i64)]) -> Option<crate::inbox::Capture> {
     let mut last = None;
-    for (auth, r, c) in [(&x, 0, 0), (&o, 1, 1)] {
-        let p = f
-            .hub
+    for &(auth, r, c) in moves {
+        let p = hub
             .post_move(auth, json!({"move": {"row": r, "col": c}}))
             .await
             .expect("move");
         assert_eq!(p.verdict, Verdict::Accepted);
         last = p.capture;
     }
+    last
+}
+
+#[actix_rt::test]
+async fn a_seated_game_survives_a_restart_on_the_embedded_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (inbox, meta) = stores(dir.path());
+    let f = open_on(inbox, meta, config()).await;
+    let (x, o) = seated(&f, "pipehub:tic-tac-toe", true).await;
+    let last = play(&f.hub, &[(&x, 0, 0), (&o, 1, 1)]).await;
     let before = f
         .hub
         .state(INBOX, &x.game, Viewer::Spectator)
@@ -105,14 +110,11 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
         .expect("create");
     let x = f.hub.seat_for_token(&created.token).await.expect("X");
     let o = f.hub.seat_for_token(&paired.token).await.expect("O");
-    for (auth, r, c) in [(&x, 0, 0), (&o, 1, 0), (&x, 0, 1), (&o, 1, 1), (&x, 0, 2)] {
-        let p = f
-            .hub
-            .post_move(auth, json!({"move": {"row": r, "col": c}}))
-            .await
-            .expect("move");
-        assert_eq!(p.verdict, Verdict::Accepted);
-    }
+    play(
+        &f.hub,
+        &[(&x, 0, 0), (&o, 1, 0), (&x, 0, 1), (&o, 1, 1), (&x, 0, 2)],
+    )
+    .await;
     // The finished game closes (asynchronously, after its last verdict).
     for _ in 0..100 {
         if f.hub.engine_open_games("host-1") == 1 {
