@@ -181,6 +181,13 @@ fn seat_key(token_hash: &[u8; 32]) -> String {
     format!("seat/{}", crypto::to_hex(token_hash))
 }
 
+/// A fresh pairing code: (code, its hash, its deadline `ttl_ms` from now).
+fn draw_code(ttl_ms: u64) -> (String, String, u64) {
+    let code = random_base32(8);
+    let hash = crypto::sha256_hex(code.as_bytes());
+    (code, hash, now_ms() + ttl_ms)
+}
+
 /// A `seat/{hash}` record: the token's hash and the seat it opens.
 fn parse_seat(key: &str, value: &[u8]) -> Option<([u8; 32], SeatAuth)> {
     let mut hash = [0u8; 32];
@@ -485,36 +492,44 @@ impl Seats {
         Ok(token)
     }
 
-    /// Issues a pairing code for a registered game; returns the code and its deadline.
+    /// Issues a pairing code for a registered game; returns the code, its hash and its
+    /// deadline.
     async fn issue_code(
         &self,
         inbox: &str,
         game: &str,
         ttl_ms: u64,
     ) -> Result<(String, String, u64), HubError> {
-        let expires_ms = now_ms() + ttl_ms;
-        let rec = CodeRecord {
-            inbox: inbox.to_string(),
-            game: game.to_string(),
-            expires_ms,
-            used: false,
-        };
         // 40 random bits: a collision with a live code is unlikely, and insert_new makes
         // it harmless (we draw again).
         for _ in 0..8 {
-            let code = random_base32(8);
-            let hash = crypto::sha256_hex(code.as_bytes());
-            if self
-                .meta
-                .insert_new(&format!("code/{hash}"), json_bytes(&rec)?)
-                .await?
-            {
-                return Ok((code, hash, expires_ms));
+            let drawn = draw_code(ttl_ms);
+            if self.put_new_code(&drawn, inbox, game).await? {
+                return Ok(drawn);
             }
         }
         Err(HubError::Unavailable(
             "could not draw a fresh pairing code".into(),
         ))
+    }
+
+    /// Stores a drawn code for `game` unless its hash is taken; true when stored.
+    async fn put_new_code(
+        &self,
+        (_, hash, expires_ms): &(String, String, u64),
+        inbox: &str,
+        game: &str,
+    ) -> Result<bool, HubError> {
+        let rec = CodeRecord {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            expires_ms: *expires_ms,
+            used: false,
+        };
+        Ok(self
+            .meta
+            .insert_new(&format!("code/{hash}"), json_bytes(&rec)?)
+            .await?)
     }
 
     /// Seats X of a new game: reserves `reg`'s id, issues X's token and a pairing code.
@@ -524,19 +539,20 @@ impl Seats {
         mut reg: Registration,
         ttl_ms: u64,
     ) -> Result<(String, String, u64), HubError> {
+        // The registration (naming a code drawn here), X's seat, the code and the
+        // open-game mark are staged together and share one group commit, instead of
+        // waiting for three in turn: a meta fsync costs this host's vCPU about as much
+        // as a move, and seating was most of a short game's time under load. Nothing is
+        // answered before all four are durable, so a crash between them leaves only
+        // records no client was told of.
+        let drawn = draw_code(ttl_ms);
+        reg.code_hash = Some(drawn.1.clone());
         let key = game_key(&reg.inbox, &reg.game);
-        if !self.meta.insert_new(&key, json_bytes(&reg)?).await? {
-            return Err(HubError::Unavailable("game id already reserved".into()));
-        }
-        // X's seat, the code and the open-game mark do not depend on one another, so they
-        // go to the store together and share one group commit instead of waiting for three
-        // in turn (seating a game was most of a short game's time under load). They are
-        // staged in this order, and the registration that names the code only after all
-        // of them are durable.
         let open = open_key(&reg.host, &reg.inbox, &reg.game);
-        let (token, (code, hash, expires_ms), ()) = futures_util::try_join!(
+        let (reserved, token, code_stored, ()) = futures_util::try_join!(
+            async { Ok(self.meta.insert_new(&key, json_bytes(&reg)?).await?) },
             self.issue_token(&reg.inbox, &reg.game, Seat::X),
-            self.issue_code(&reg.inbox, &reg.game, ttl_ms),
+            self.put_new_code(&drawn, &reg.inbox, &reg.game),
             async {
                 self.meta
                     .put(&open, Bytes::new())
@@ -544,9 +560,28 @@ impl Seats {
                     .map_err(HubError::from)
             },
         )?;
-        reg.code_hash = Some(hash);
+        if !reserved {
+            // Another game holds the id (75 random bits: all but impossible). Undo what
+            // is ours; the open mark may be that game's, so it stays.
+            let hash = token_hash(&token);
+            self.tokens.remove(&hash);
+            self.meta.delete(&seat_key(&hash)).await?;
+            if code_stored {
+                self.meta.delete(&format!("code/{}", drawn.1)).await?;
+            }
+            return Err(HubError::Unavailable("game id already reserved".into()));
+        }
         *self.open.entry(reg.host.clone()).or_insert(0) += 1;
-        self.put_registration(&reg).await?;
+        let (code, _, expires_ms) = if code_stored {
+            self.cache(reg);
+            drawn
+        } else {
+            // The code's hash was another game's: draw again, and name the new one.
+            let (code, hash, expires_ms) = self.issue_code(&reg.inbox, &reg.game, ttl_ms).await?;
+            reg.code_hash = Some(hash.clone());
+            self.put_registration(&reg).await?;
+            (code, hash, expires_ms)
+        };
         Ok((token, code, expires_ms))
     }
 
@@ -675,25 +710,36 @@ impl Seats {
                 HubError::CodeExpired
             });
         }
-        // From here on the code is spent whatever happens: put back a tombstone.
-        self.retire_code(&hash, &rec.inbox, &rec.game).await?;
+        // From here on the code is spent whatever happens: a tombstone goes back, with
+        // O's seat and the paired registration when all is well (one group commit for
+        // the three), else alone.
+        let spent = |e: HubError| async {
+            self.retire_code(&hash, &rec.inbox, &rec.game).await?;
+            Err(e)
+        };
         // Read from the store, not the cache: another hub node may have created the game.
-        let mut reg = Registration::clone(
-            &*self
-                .refresh(&rec.inbox, &rec.game)
-                .await?
-                .ok_or_else(|| HubError::NotFound("the game was cancelled".into()))?,
-        );
+        let reg = match self.refresh(&rec.inbox, &rec.game).await {
+            Ok(Some(reg)) => reg,
+            Ok(None) => return spent(HubError::NotFound("the game was cancelled".into())).await,
+            Err(e) => return spent(e).await,
+        };
         if reg.paired || reg.code_hash.as_deref() != Some(hash.as_str()) {
-            return Err(HubError::CodeUsed);
+            return spent(HubError::CodeUsed).await;
         }
-        let (key_o, agent_o) = o_key(&reg)?;
-        let token = self.issue_token(&reg.inbox, &reg.game, Seat::O).await?;
+        let (key_o, agent_o) = match o_key(&reg) {
+            Ok(key) => key,
+            Err(e) => return spent(e).await,
+        };
+        let mut reg = Registration::clone(&reg);
         reg.key_o = key_o;
         reg.agent_o = agent_o;
         reg.paired = true;
         reg.code_hash = None;
-        self.put_registration(&reg).await?;
+        let (token, (), ()) = futures_util::try_join!(
+            self.issue_token(&reg.inbox, &reg.game, Seat::O),
+            self.retire_code(&hash, &rec.inbox, &rec.game),
+            self.put_registration(&reg),
+        )?;
         Ok((token, reg))
     }
 
@@ -813,6 +859,37 @@ mod tests {
         assert_eq!(*stored.rules, *registration("g2", defaults).rules);
         assert_eq!(&*stored.protocol, "pipehub:connect-four");
         shared(&Seats::load(meta).await.expect("reload"));
+    }
+
+    #[actix_rt::test]
+    async fn a_reserved_id_is_refused_and_leaves_no_seat_or_code_behind() {
+        let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
+        let seats = Seats::load(meta.clone()).await.expect("load");
+        let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+        let (token, code, _) = seats
+            .create(registration("g1", rules.clone()), 60_000)
+            .await
+            .expect("create");
+        let again = seats.create(registration("g1", rules), 60_000).await;
+        assert!(matches!(again, Err(HubError::Unavailable(_))), "{again:?}");
+        let count = |prefix: &'static str| {
+            let meta = meta.clone();
+            async move { meta.scan(prefix).await.expect("scan").len() }
+        };
+        assert_eq!((count("seat/").await, count("code/").await), (1, 1));
+        assert_eq!(seats.token_count(), 1);
+        assert_eq!(seats.open_games("host"), 1);
+        // The first game is untouched: its token and code still work.
+        assert!(seats.seat_for_token(&token).is_some());
+        let hash = crypto::sha256_hex(code.as_bytes());
+        let reg = seats.registration("lobby", "g1").expect("registered");
+        assert_eq!(reg.code_hash.as_deref(), Some(hash.as_str()));
+        let (_, paired) = seats
+            .pair(&code, |_| Ok((None, false)))
+            .await
+            .expect("pair");
+        assert!(paired.paired);
+        assert_eq!(count("seat/").await, 2);
     }
 
     #[test]
