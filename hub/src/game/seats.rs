@@ -236,9 +236,8 @@ pub struct Seats {
 const MAX_COMMONS: usize = 256;
 
 /// What most registrations have in common, kept once: the protocol's ref and id and its
-/// rules (nearly every game plays its protocol's defaults). The cache holds a registration
-/// for every game the hub has seated, finished ones included, and a private copy of the
-/// rules was most of each one's memory. Bounded: past [`MAX_COMMONS`] distinct values a
+/// rules (nearly every game plays its protocol's defaults). A private copy of the rules was
+/// most of a cached registration's memory. Bounded: past [`MAX_COMMONS`] distinct values a
 /// registration keeps its own copy.
 #[derive(Default)]
 struct Commons {
@@ -541,10 +540,10 @@ impl Seats {
     ) -> Result<(String, String, u64), HubError> {
         // The registration (naming a code drawn here), X's seat, the code and the
         // open-game mark are staged together and share one group commit, instead of
-        // waiting for three in turn: a meta fsync costs this host's vCPU about as much
-        // as a move, and seating was most of a short game's time under load. Nothing is
-        // answered before all four are durable, so a crash between them leaves only
-        // records no client was told of.
+        // waiting for three in turn: each fsync costs CPU (on a VM, a trap to the
+        // hypervisor to notify the disk), and seating was most of a short game's time
+        // under load. Nothing is answered before all four are durable, so a crash between
+        // them leaves only records no client was told of.
         let drawn = draw_code(ttl_ms);
         reg.code_hash = Some(drawn.1.clone());
         let key = game_key(&reg.inbox, &reg.game);
