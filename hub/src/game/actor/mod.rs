@@ -56,9 +56,10 @@ const STOP_GRACE: Duration = Duration::from_millis(200);
 
 /// How long a finished game's actor stays without messages before it stops. Nothing is
 /// owed to a finished game, and a read rebuilds it from the store, so a hub that plays
-/// thousands of games a minute keeps only the open ones (and the last few seconds' worth)
-/// in memory rather than a minute's worth.
-const FINISHED_LINGER: Duration = Duration::from_secs(2);
+/// thousands of games a minute keeps only the open ones (and the last moment's worth) in
+/// memory rather than a minute's worth. Long enough for the late move of a player who had
+/// not yet seen the end, and for the reads that follow the last move at once.
+const FINISHED_LINGER: Duration = Duration::from_millis(500);
 
 fn idx(seat: Seat) -> usize {
     match seat {
