@@ -257,6 +257,10 @@ impl Commons {
     }
 
     fn rules(&mut self, rules: &Arc<Map<String, Value>>) -> Arc<Map<String, Value>> {
+        // A registration updated from a cached one (pairing) already holds a shared copy.
+        if self.rules.values().any(|shared| Arc::ptr_eq(shared, rules)) {
+            return rules.clone();
+        }
         // A `Map` is ordered by key, so equal rules serialize alike.
         let Ok(text) = serde_json::to_string(&**rules) else {
             return rules.clone();
