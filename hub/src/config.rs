@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use ipnet::IpNet;
 use rand::RngCore;
 
+use crate::inbox::log::Pacing;
 use crate::limits::RateSpec;
 
 /// The shortest hub secret accepted, in bytes.
@@ -48,6 +49,9 @@ pub struct Config {
     pub default_protocol: String,
     /// Shard count of a store created now (an existing store keeps its own).
     pub shards: u32,
+    /// Group-commit pacing of the embedded inbox and meta store.
+    pub inbox_pacing: Pacing,
+    pub meta_pacing: Pacing,
 }
 
 impl Default for Config {
@@ -64,6 +68,8 @@ impl Default for Config {
             trusted_proxies: Vec::new(),
             default_protocol: games::Registry::DEFAULT_REF.into(),
             shards: 8,
+            inbox_pacing: crate::inbox::embedded::PACING,
+            meta_pacing: crate::meta::PACING,
         }
     }
 }

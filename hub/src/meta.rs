@@ -44,6 +44,6 @@ pub trait Meta: Send + Sync {
     fn ready(&self) -> bool;
 }
 
-pub use embedded::EmbeddedMeta;
+pub use embedded::{EmbeddedMeta, PACING};
 
 mod embedded;

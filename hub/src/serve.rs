@@ -233,7 +233,11 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         metrics.cluster_shards.set(i64::from(inbox.shards()));
         return Ok((inbox, Arc::new(meta), Some(cluster)));
     }
-    let inbox = Arc::new(EmbeddedInbox::open(&config.data, config.shards)?);
+    let inbox = Arc::new(EmbeddedInbox::open_paced(
+        &config.data,
+        config.shards,
+        config.inbox_pacing,
+    )?);
     actix_rt::spawn(export_store_totals(Arc::downgrade(&inbox), metrics.clone()));
     if inbox.shards() != config.shards {
         tracing::info!(
@@ -242,7 +246,7 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
             "the store keeps the shard count it was created with"
         );
     }
-    let meta = EmbeddedMeta::open(&config.data)?;
+    let meta = EmbeddedMeta::open_paced(&config.data, config.meta_pacing)?;
     Ok((inbox, Arc::new(meta), None))
 }
 

@@ -6,12 +6,15 @@
 //! [`crate::serve::run`]; it contains no server logic of its own.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use ipnet::IpNet;
 
 use crate::config::Config;
+use crate::inbox::log::Pacing;
 use crate::limits::RateSpec;
+use crate::{inbox, meta};
 
 /// The long help of `pipehub serve` (`pipehub serve --help`).
 pub const LONG_ABOUT: &str =
@@ -117,6 +120,31 @@ pub struct Args {
     /// Shards of a store created now (fixed at creation; an existing store keeps its own).
     #[arg(long, env = "PIPEHUB_SHARDS", default_value_t = 8, value_name = "N")]
     pub shards: u32,
+
+    /// Embedded store: under load, the inbox fsyncs at most once per this many
+    /// microseconds so that concurrent moves share one (0: every batch at once).
+    #[arg(long, env = "PIPEHUB_INBOX_PACING_US", default_value_t = micros(inbox::embedded::PACING), value_name = "MICROS")]
+    pub inbox_pacing_us: u64,
+
+    /// Embedded store: the same for the meta store (seats, codes), where game set-ups
+    /// share one fsync.
+    #[arg(long, env = "PIPEHUB_META_PACING_US", default_value_t = micros(meta::PACING), value_name = "MICROS")]
+    pub meta_pacing_us: u64,
+}
+
+fn micros(pacing: Pacing) -> u64 {
+    pacing.interval.as_micros() as u64
+}
+
+/// `default` with its interval set to `us` microseconds; none means no pacing.
+fn paced(default: Pacing, us: u64) -> Pacing {
+    if us == 0 {
+        return Pacing::OFF;
+    }
+    Pacing {
+        interval: Duration::from_micros(us),
+        ..default
+    }
 }
 
 /// A CIDR, or a single address meaning just that address.
@@ -140,6 +168,8 @@ impl Args {
             trusted_proxies: self.trusted_proxy,
             default_protocol: self.default_protocol,
             shards: self.shards,
+            inbox_pacing: paced(inbox::embedded::PACING, self.inbox_pacing_us),
+            meta_pacing: paced(meta::PACING, self.meta_pacing_us),
             ..Config::default()
         }
     }
@@ -221,6 +251,10 @@ mod tests {
             "192.0.2.1",
             "--shards",
             "4",
+            "--inbox-pacing-us",
+            "0",
+            "--meta-pacing-us",
+            "500",
         ])
         .expect("valid flags");
         let c = w.args.into_config();
@@ -228,6 +262,9 @@ mod tests {
         assert_eq!(c.rate_limit.to_string(), "5/2");
         assert_eq!(c.trusted_proxies.len(), 2);
         assert_eq!(c.shards, 4);
+        assert_eq!(c.inbox_pacing, Pacing::OFF);
+        assert_eq!(c.meta_pacing.interval, Duration::from_micros(500));
+        assert_eq!(c.meta_pacing.siblings, meta::PACING.siblings);
         assert!(Wrapper::try_parse_from(["serve", "--rate-limit", "fast"]).is_err());
         assert!(Wrapper::try_parse_from(["serve", "--trusted-proxy", "nope"]).is_err());
     }

@@ -53,6 +53,13 @@ use super::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, StoredV
 const SEGMENT_BYTES: u64 = 256 << 20;
 /// Requests waiting for the writer; appenders wait for room beyond this (backpressure).
 const QUEUE: usize = 16 * 1024;
+
+/// Group commit under load (see [`log::Pacing`]): while more than two appends share an
+/// fsync, one begins at most every millisecond, which adds at most that much to a move.
+pub const PACING: log::Pacing = log::Pacing {
+    interval: std::time::Duration::from_millis(1),
+    siblings: 2,
+};
 const HEADER_FILE: &str = "HEADER";
 const LOCK_FILE: &str = "LOCK";
 const HEADER_MAGIC: &str = "pipehub-inbox 1";
@@ -84,6 +91,15 @@ impl EmbeddedInbox {
     /// shards; an existing store keeps the count it was created with, whatever `shards`
     /// says (the caller can compare with [`Inbox::shards`]).
     pub fn open(dir: &Path, shards: u32) -> Result<EmbeddedInbox, StoreError> {
+        EmbeddedInbox::open_paced(dir, shards, PACING)
+    }
+
+    /// [`EmbeddedInbox::open`] with the writer's group-commit pacing given.
+    pub fn open_paced(
+        dir: &Path,
+        shards: u32,
+        pacing: log::Pacing,
+    ) -> Result<EmbeddedInbox, StoreError> {
         let started = Instant::now();
         fs::create_dir_all(dir)?;
         let lock = lock_dir(dir)?;
@@ -118,6 +134,7 @@ impl EmbeddedInbox {
                     shared: writer_shared,
                     log,
                     rx,
+                    pacer: log::Pacer::new(pacing),
                 }
                 .run()
             })?;

@@ -81,6 +81,7 @@ pub(super) struct Writer {
     pub(super) shared: Arc<Shared>,
     pub(super) log: SegmentLog,
     pub(super) rx: mpsc::Receiver<Request>,
+    pub(super) pacer: log::Pacer,
 }
 
 /// An append of the current batch, waiting for the fsync.
@@ -97,6 +98,7 @@ impl Writer {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         while let Some(first) = self.rx.blocking_recv() {
             batch.push(first);
+            self.pacer.wait();
             while batch.len() < MAX_BATCH {
                 match self.rx.try_recv() {
                     Ok(request) => batch.push(request),
@@ -177,6 +179,9 @@ impl Writer {
         // Verdicts alone do not need an fsync: they are recomputable, and the next batch
         // of appends (or an explicit sync) carries them to disk.
         let sync = !pending.is_empty() || !syncs.is_empty();
+        if sync {
+            self.pacer.syncing(pending.len() + syncs.len());
+        }
         let written = self.log.reserve(buf.len()).and_then(|(segment, base)| {
             self.log.write_batch(&buf, sync)?;
             Ok((segment, base))
