@@ -1,5 +1,6 @@
 //! Benchmarks of the embedded inbox: durable appends per second under many concurrent
-//! appenders (with the group-commit batch sizes they produce), and the replay rate at open.
+//! appenders (with the group-commit batch sizes they produce, paced as the hub paces them
+//! and not), and the replay rate at open.
 //!
 //! Run with `cargo bench -p pipehub-hub --bench inbox`. The stores live under Cargo's
 //! target temporary directory (a real disk, so fsync costs what it costs in production),
@@ -13,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use hub::inbox::embedded::EmbeddedInbox;
+use hub::inbox::embedded::{self, EmbeddedInbox};
+use hub::inbox::log::Pacing;
 use hub::inbox::Inbox;
 
 /// A signed tic-tac-toe move is about this long on the wire.
@@ -74,11 +76,16 @@ fn appends(c: &mut Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(8))
         .throughput(Throughput::Elements(1));
-    for appenders in [1u64, 16, 64, 256] {
+    // The hub's default pacing, and every batch fsynced at once (`--inbox-pacing-us 0`).
+    let pacings = [("paced", embedded::PACING), ("unpaced", Pacing::OFF)];
+    for ((name, pacing), appenders) in pacings
+        .into_iter()
+        .flat_map(|p| [1u64, 16, 64, 256].map(|a| (p, a)))
+    {
         let dir = tempfile::tempdir_in(bench_dir()).expect("bench dir");
-        let inbox = Arc::new(EmbeddedInbox::open(dir.path(), SHARDS).expect("open"));
+        let inbox = Arc::new(EmbeddedInbox::open_paced(dir.path(), SHARDS, pacing).expect("open"));
         group.bench_with_input(
-            BenchmarkId::from_parameter(appenders),
+            BenchmarkId::new(name, appenders),
             &appenders,
             |b, &appenders| {
                 b.iter_custom(|iters| {
@@ -92,7 +99,7 @@ fn appends(c: &mut Criterion) {
             stats.appends.load(Ordering::Relaxed),
         );
         println!(
-            "inbox_append/{appenders}: {total} appends in {syncs} fsyncs, mean batch {:.1}, max batch {}",
+            "inbox_append/{name}/{appenders}: {total} appends in {syncs} fsyncs, mean batch {:.1}, max batch {}",
             total as f64 / syncs.max(1) as f64,
             stats.max_batch.load(Ordering::Relaxed)
         );
@@ -129,14 +136,21 @@ fn replay(c: &mut Criterion) {
         .sample_size(10)
         .throughput(Throughput::Elements(REPLAY_EVENTS));
     group.bench_function("open", |b| {
-        // Dropping a store joins its writer thread; keep that out of the timing.
-        b.iter_with_large_drop(|| {
-            let inbox = EmbeddedInbox::open(dir.path(), SHARDS).expect("open");
-            assert_eq!(
-                inbox.open_report().events,
-                REPLAY_EVENTS.div_ceil(256) * 256
-            );
-            inbox
+        // Each store is dropped (which joins its writer thread and releases the data
+        // directory's lock) before the next opens, outside the timing.
+        b.iter_custom(|iters| {
+            let mut opening = Duration::ZERO;
+            for _ in 0..iters {
+                let started = Instant::now();
+                let inbox = EmbeddedInbox::open(dir.path(), SHARDS).expect("open");
+                opening += started.elapsed();
+                assert_eq!(
+                    inbox.open_report().events,
+                    REPLAY_EVENTS.div_ceil(256) * 256
+                );
+                drop(inbox);
+            }
+            opening
         })
     });
     group.finish();
