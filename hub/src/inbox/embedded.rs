@@ -60,6 +60,7 @@ pub const PACING: log::Pacing = log::Pacing {
     interval: std::time::Duration::from_millis(1),
     siblings: 2,
 };
+
 const HEADER_FILE: &str = "HEADER";
 const LOCK_FILE: &str = "LOCK";
 const HEADER_MAGIC: &str = "pipehub-inbox 1";

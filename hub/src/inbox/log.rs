@@ -13,7 +13,8 @@
 //!
 //! What it deliberately does not do: interpret payloads, keep an index, compact, or decide
 //! when to fsync. Its owner batches frames and calls [`SegmentLog::write_batch`] once per
-//! batch, which writes them with one `write` and one `fdatasync`.
+//! batch, which writes them with one `write` and one `fdatasync`; under load a [`Pacer`]
+//! tells the owner how long to let a batch gather first.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
