@@ -61,6 +61,9 @@ pub struct Metrics {
     pub inbox_fsync_batch_max: IntGauge,
     /// `pipehub_inbox_appended_total`: records appended to the inbox.
     pub inbox_appended: IntCounter,
+    /// `pipehub_meta_fsyncs_total`: fsyncs of the embedded meta store's log (seats, codes,
+    /// registrations), each making a batch of changes durable.
+    pub meta_fsyncs: IntCounter,
     /// `pipehub_consumer_backlog_records{shard}`: durable records of a shard not yet
     /// routed to their actor.
     pub consumer_backlog: IntGaugeVec,
@@ -192,6 +195,10 @@ impl Metrics {
                 "pipehub_inbox_appended_total",
                 "Records appended to the inbox.",
             )?,
+            meta_fsyncs: counter(
+                "pipehub_meta_fsyncs_total",
+                "Fsyncs of the embedded meta store's log (each makes a batch of changes durable).",
+            )?,
             consumer_backlog: gauge_vec(
                 "pipehub_consumer_backlog_records",
                 "Durable records of a shard not yet routed to their game actor.",
@@ -265,11 +272,16 @@ impl Metrics {
         self.inbox_append.observe(elapsed.as_secs_f64());
     }
 
-    /// Brings the fsync series up to a store's own running totals.
-    pub fn store_totals(&self, fsyncs: u64, max_batch: u64) {
-        let seen = self.inbox_fsyncs.get();
-        if fsyncs > seen {
-            self.inbox_fsyncs.inc_by(fsyncs - seen);
+    /// Brings the fsync series up to the embedded stores' own running totals.
+    pub fn store_totals(&self, fsyncs: u64, max_batch: u64, meta_fsyncs: u64) {
+        for (counter, total) in [
+            (&self.inbox_fsyncs, fsyncs),
+            (&self.meta_fsyncs, meta_fsyncs),
+        ] {
+            let seen = counter.get();
+            if total > seen {
+                counter.inc_by(total - seen);
+            }
         }
         self.inbox_fsync_batch_max
             .set(i64::try_from(max_batch).unwrap_or(i64::MAX));

@@ -238,7 +238,6 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         config.shards,
         config.inbox_pacing,
     )?);
-    actix_rt::spawn(export_store_totals(Arc::downgrade(&inbox), metrics.clone()));
     if inbox.shards() != config.shards {
         tracing::info!(
             requested = config.shards,
@@ -246,21 +245,33 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
             "the store keeps the shard count it was created with"
         );
     }
-    let meta = EmbeddedMeta::open_paced(&config.data, config.meta_pacing)?;
-    Ok((inbox, Arc::new(meta), None))
+    let meta = Arc::new(EmbeddedMeta::open_paced(&config.data, config.meta_pacing)?);
+    actix_rt::spawn(export_store_totals(
+        Arc::downgrade(&inbox),
+        Arc::downgrade(&meta),
+        metrics.clone(),
+    ));
+    Ok((inbox, meta, None))
 }
 
-/// Copies the embedded store's own fsync totals into the metrics once a second, until the
-/// store is dropped.
-async fn export_store_totals(inbox: Weak<EmbeddedInbox>, metrics: Arc<Metrics>) {
+/// Copies the embedded stores' own fsync totals into the metrics once a second, until the
+/// stores are dropped.
+async fn export_store_totals(
+    inbox: Weak<EmbeddedInbox>,
+    meta: Weak<EmbeddedMeta>,
+    metrics: Arc<Metrics>,
+) {
     let mut tick = tokio::time::interval(STORE_TOTALS_EVERY);
     loop {
         tick.tick().await;
-        let Some(inbox) = inbox.upgrade() else { return };
+        let (Some(inbox), Some(meta)) = (inbox.upgrade(), meta.upgrade()) else {
+            return;
+        };
         let stats = inbox.stats();
         metrics.store_totals(
             stats.syncs.load(Ordering::Relaxed),
             stats.max_batch.load(Ordering::Relaxed),
+            meta.syncs(),
         );
     }
 }

@@ -2,7 +2,7 @@
 //! port with its own data directory and talks to it as a client would.
 
 use std::sync::{Arc, Barrier};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pipehub_tests::{verify, Client, Hub, Seated};
 use serde_json::{json, Value};
@@ -413,6 +413,27 @@ fn operators_get_metrics_health_and_an_openapi_document() {
             line.starts_with("pipehub_") || line.starts_with("process_"),
             "{line}"
         );
+    }
+    // Seating a game writes the meta store; both stores' fsyncs reach the metrics within
+    // their one-second export.
+    let created = c.post(&hub.url("/v1/inboxes/m/games"), None, &json!({}));
+    assert_eq!(created.status, 201, "{}", created.body);
+    let counter = |metrics: &str, name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = c.get(&hub.url("/metrics")).body;
+        let inbox = counter(&metrics, "pipehub_inbox_fsyncs_total");
+        let meta = counter(&metrics, "pipehub_meta_fsyncs_total");
+        if inbox >= Some(1.0) && meta >= Some(1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
