@@ -122,15 +122,19 @@ pub struct Args {
     pub shards: u32,
 
     /// Embedded store: under load, the inbox fsyncs at most once per this many
-    /// microseconds so that concurrent moves share one (0: every batch at once).
-    #[arg(long, env = "PIPEHUB_INBOX_PACING_US", default_value_t = micros(inbox::embedded::PACING), value_name = "MICROS")]
+    /// microseconds so that concurrent moves share one (0: every batch at once; at most
+    /// 100000).
+    #[arg(long, env = "PIPEHUB_INBOX_PACING_US", default_value_t = micros(inbox::embedded::PACING), value_name = "MICROS", value_parser = clap::value_parser!(u64).range(0..=MAX_PACING_US))]
     pub inbox_pacing_us: u64,
 
     /// Embedded store: the same for the meta store (seats, codes), where game set-ups
     /// share one fsync.
-    #[arg(long, env = "PIPEHUB_META_PACING_US", default_value_t = micros(meta::PACING), value_name = "MICROS")]
+    #[arg(long, env = "PIPEHUB_META_PACING_US", default_value_t = micros(meta::PACING), value_name = "MICROS", value_parser = clap::value_parser!(u64).range(0..=MAX_PACING_US))]
     pub meta_pacing_us: u64,
 }
+
+/// A pacing interval longer than this would hold every write back for a noticeable time.
+const MAX_PACING_US: u64 = 100_000;
 
 fn micros(pacing: Pacing) -> u64 {
     pacing.interval.as_micros() as u64
@@ -267,5 +271,7 @@ mod tests {
         assert_eq!(c.meta_pacing.siblings, meta::PACING.siblings);
         assert!(Wrapper::try_parse_from(["serve", "--rate-limit", "fast"]).is_err());
         assert!(Wrapper::try_parse_from(["serve", "--trusted-proxy", "nope"]).is_err());
+        assert!(Wrapper::try_parse_from(["serve", "--inbox-pacing-us", "100001"]).is_err());
+        assert!(Wrapper::try_parse_from(["serve", "--meta-pacing-us", "-1"]).is_err());
     }
 }
