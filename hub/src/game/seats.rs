@@ -177,6 +177,10 @@ fn token_hash(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+fn code_key(code_hash: &str) -> String {
+    format!("code/{code_hash}")
+}
+
 fn seat_key(token_hash: &[u8; 32]) -> String {
     format!("seat/{}", crypto::to_hex(token_hash))
 }
@@ -531,7 +535,7 @@ impl Seats {
         };
         Ok(self
             .meta
-            .insert_new(&format!("code/{hash}"), json_bytes(&rec)?)
+            .insert_new(&code_key(hash), json_bytes(&rec)?)
             .await?)
     }
 
@@ -570,7 +574,7 @@ impl Seats {
             self.tokens.remove(&hash);
             self.meta.delete(&seat_key(&hash)).await?;
             if code_stored {
-                self.meta.delete(&format!("code/{}", drawn.1)).await?;
+                self.meta.delete(&code_key(&drawn.1)).await?;
             }
             return Err(HubError::Unavailable("game id already reserved".into()));
         }
@@ -597,9 +601,7 @@ impl Seats {
             expires_ms: now_ms(),
             used: true,
         };
-        self.meta
-            .put(&format!("code/{hash}"), json_bytes(&rec)?)
-            .await?;
+        self.meta.put(&code_key(hash), json_bytes(&rec)?).await?;
         Ok(())
     }
 
@@ -696,7 +698,7 @@ impl Seats {
     ) -> Result<(String, Registration), HubError> {
         let code = normalize_code(code).ok_or_else(|| HubError::NotFound("unknown code".into()))?;
         let hash = crypto::sha256_hex(code.as_bytes());
-        let key = format!("code/{hash}");
+        let key = code_key(&hash);
         let rec = self
             .meta
             .take(&key)
