@@ -393,7 +393,7 @@ impl Inbox for EmbeddedInbox {
     }
 
     async fn get(&self, inbox: &str, capture: Capture) -> Result<Option<Listed>, StoreError> {
-        let Some(slot) = self.shared.index.read().slot(capture).cloned() else {
+        let Some(slot) = self.shared.index.read().slot(capture) else {
             return Ok(None);
         };
         let listed = self.record(capture, &slot)?;
@@ -423,7 +423,7 @@ impl Inbox for EmbeddedInbox {
     }
 
     async fn count(&self, inbox: &str, game: &str) -> Result<u64, StoreError> {
-        Ok(self.shared.index.read().captures(inbox, Some(game)).len() as u64)
+        Ok(self.shared.index.read().count(inbox, game))
     }
 
     async fn sync(&self) -> Result<(), StoreError> {

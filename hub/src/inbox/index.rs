@@ -2,17 +2,22 @@
 //!
 //! Per shard, a vector of slots indexed by position: where the event's frame lies on disk,
 //! its place in the store's global append order, and its verdict. Per inbox, every capture
-//! in append order and, per game, that game's captures, so a listing and an actor rebuild
-//! touch only what they return. Raw events stay on disk (the page cache keeps the recent
-//! ones warm); a slot costs about 64 bytes plus its verdict's detail, so ten million
-//! events fit in well under a gigabyte.
+//! in append order, each linked to the next capture of its game, and its games with their
+//! first and last captures, so a listing and an actor rebuild touch only what they return.
+//! Raw events stay on disk (the page cache keeps the recent ones warm). An event costs 72
+//! bytes (a 56-byte slot and a 16-byte link) and a game about 80 more, whatever the game
+//! has become: every game the store ever held is indexed, so this is most of what a
+//! finished game leaves in memory, and ten million events fit in under a gigabyte. Lists
+//! grow by fixed chunks, so no push copies a long list.
 //!
 //! What it deliberately does not do: any I/O, or any locking. The embedded backend holds it
 //! behind one lock, and only the writer adds to it, after the events are durable.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use games::Reason;
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::log::FramePos;
 use super::{Capture, GameEntry, StoredVerdict};
@@ -62,35 +67,185 @@ impl Compact {
     }
 }
 
-/// One event of a shard.
+/// One event of a shard, as readers get it.
 #[derive(Clone, Debug)]
 pub struct Slot {
     pub frame: FramePos,
-    /// Place in the store's global append order: inbox order across shards.
-    pub order: u64,
     pub verdict: Option<Compact>,
+}
+
+/// How a verdict is kept in a [`Stored`] slot.
+const NO_VERDICT: u8 = 0;
+const ACCEPTED: u8 = 1;
+/// An accepted hash kept as text, in [`Index::extras`].
+const ACCEPTED_TEXT: u8 = 2;
+const REJECTED: u8 = 3;
+const SKIPPED: u8 = 4;
+
+/// One event of a shard as the index keeps it: 56 bytes, where a [`Slot`] is 64. An
+/// accepted hash is inline; what is rare and of any length (a rejection's detail, a hash
+/// that is not 64 lowercase hex characters) lives in [`Index::extras`].
+#[derive(Clone, Copy)]
+struct Stored {
+    hash: [u8; 32],
+    /// Place in the store's global append order: inbox order across shards.
+    order: u64,
+    segment: u32,
+    /// Within its segment; inbox segments are at most 256 MiB and one frame.
+    offset: u32,
+    len: u32,
+    tag: u8,
+    /// A place in [`Reason::ALL`] when `tag` is [`REJECTED`].
+    reason: u8,
+}
+
+/// Slots per chunk of a [`Chunked`] vector.
+const CHUNK: usize = 4096;
+
+/// A vector grown by fixed chunks once it is past one: a push never copies what is
+/// already there (the writer pushes under the index's lock, and doubling a vector of
+/// millions of slots would stall every reader and the next append behind a copy of
+/// hundreds of megabytes), and no doubling leaves up to half of it unused. The first
+/// chunk grows as a `Vec` does, so a small list costs what a small `Vec` costs.
+struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Chunked {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Chunked<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn push(&mut self, value: T) {
+        match self.chunks.last_mut() {
+            Some(chunk) if chunk.len() < CHUNK => chunk.push(value),
+            _ => {
+                // The first chunk starts small; later ones are taken whole, at once.
+                let capacity = if self.chunks.is_empty() { 4 } else { CHUNK };
+                let mut chunk = Vec::with_capacity(capacity);
+                chunk.push(value);
+                self.chunks.push(chunk);
+            }
+        }
+        self.len += 1;
+    }
+
+    fn get(&self, i: usize) -> Option<&T> {
+        self.chunks.get(i / CHUNK)?.get(i % CHUNK)
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
+    }
+
+    /// From place `from` (inclusive) to the end.
+    fn iter_from(&self, from: usize) -> impl Iterator<Item = &T> {
+        let first = (from / CHUNK).min(self.chunks.len());
+        self.chunks[first..]
+            .iter()
+            .flatten()
+            .skip(from.saturating_sub(first * CHUNK))
+    }
+}
+
+/// A capture in one word: the shard in the top 16 bits, the position below.
+#[derive(Clone, Copy)]
+struct Packed(u64);
+
+impl Packed {
+    const POS_BITS: u32 = 48;
+
+    fn pack(capture: Capture) -> Option<Packed> {
+        (capture.shard < 1 << 16 && capture.pos < 1 << Self::POS_BITS)
+            .then(|| Packed(u64::from(capture.shard) << Self::POS_BITS | capture.pos))
+    }
+
+    fn unpack(self) -> Capture {
+        Capture {
+            shard: (self.0 >> Self::POS_BITS) as u32,
+            pos: self.0 & ((1 << Self::POS_BITS) - 1),
+        }
+    }
+}
+
+/// No next capture in the game.
+const END: u64 = u64::MAX;
+
+/// One capture of an inbox: what it is, and where in the inbox's list the next capture
+/// of its game is (a game's captures are a chain through the list, not a list of their
+/// own per game).
+#[derive(Clone, Copy)]
+struct Link {
+    capture: Packed,
+    next: u64,
+}
+
+/// One game of an inbox. Its place in [`InboxIndex::games`] is its [`GameEntry::order`].
+struct GameRec {
+    id: Box<str>,
+    /// Places in [`InboxIndex::all`] of its first and last captures.
+    first: u64,
+    last: u64,
+    captures: u64,
 }
 
 #[derive(Default)]
 struct InboxIndex {
-    all: Vec<Capture>,
-    games: HashMap<String, Vec<Capture>>,
-    /// Game ids by first capture, oldest first.
-    game_order: Vec<String>,
+    /// Every capture of the inbox, in append order.
+    all: Chunked<Link>,
+    /// Its games, by first capture, oldest first.
+    games: Chunked<GameRec>,
+    /// Places in `games`, found by the game's id (kept once, in its [`GameRec`]).
+    by_id: HashTable<u64>,
 }
 
-/// All indexes of one store.
+impl InboxIndex {
+    fn game(&self, hasher: &DefaultHashBuilder, id: &str) -> Option<&GameRec> {
+        let place = self.by_id.find(hasher.hash_one(id), |&g| {
+            self.games.get(g as usize).is_some_and(|r| &*r.id == id)
+        })?;
+        self.games.get(*place as usize)
+    }
+
+    /// The captures of one game, in inbox order, from its first.
+    fn chain<'a>(&'a self, game: &GameRec) -> impl Iterator<Item = Capture> + 'a {
+        let mut next = game.first;
+        std::iter::from_fn(move || {
+            let link = self.all.get(usize::try_from(next).ok()?)?;
+            next = link.next;
+            Some(link.capture.unpack())
+        })
+    }
+}
+
+/// All indexes of one store: per shard, a slot for each position; per inbox, its
+/// captures in append order and its games. About 80 bytes an event and 80 a game.
 pub struct Index {
-    shards: Vec<Vec<Slot>>,
+    shards: Vec<Chunked<Stored>>,
     inboxes: HashMap<String, InboxIndex>,
+    /// Rejection details and hashes kept as text, by capture (rare).
+    extras: HashMap<Capture, Box<str>>,
+    hasher: DefaultHashBuilder,
     next_order: u64,
 }
 
 impl Index {
     pub fn new(shards: u32) -> Index {
         Index {
-            shards: (0..shards).map(|_| Vec::new()).collect(),
+            shards: (0..shards).map(|_| Chunked::default()).collect(),
             inboxes: HashMap::new(),
+            extras: HashMap::new(),
+            hasher: DefaultHashBuilder::default(),
             next_order: 0,
         }
     }
@@ -121,27 +276,90 @@ impl Index {
                 "event {capture} out of order (expected position {next})"
             ));
         }
-        shard.push(Slot {
-            frame,
+        let (Some(packed), Ok(offset)) = (Packed::pack(capture), u32::try_from(frame.offset))
+        else {
+            return Err(format!(
+                "event {capture} lies beyond what the index can hold"
+            ));
+        };
+        shard.push(Stored {
+            hash: [0; 32],
             order: self.next_order,
-            verdict: None,
+            segment: frame.segment,
+            offset,
+            len: frame.len,
+            tag: NO_VERDICT,
+            reason: 0,
         });
         self.next_order += 1;
+        let hasher = &self.hasher;
         let entry = self.inboxes.entry_ref(inbox);
-        entry.all.push(capture);
-        match entry.games.get_mut(game) {
-            Some(captures) => captures.push(capture),
+        let place = entry.all.len() as u64;
+        entry.all.push(Link {
+            capture: packed,
+            next: END,
+        });
+        let hash = hasher.hash_one(game);
+        let games = &entry.games;
+        let found = entry.by_id.find(hash, |&g| {
+            games.get(g as usize).is_some_and(|r| &*r.id == game)
+        });
+        match found.copied() {
+            Some(g) => {
+                let Some(rec) = entry.games.get_mut(g as usize) else {
+                    return Err(format!("game {game} of event {capture} lost its place"));
+                };
+                let last = rec.last;
+                rec.last = place;
+                rec.captures += 1;
+                if let Some(link) = entry.all.get_mut(last as usize) {
+                    link.next = place;
+                }
+            }
             None => {
-                entry.games.insert(game.to_string(), vec![capture]);
-                entry.game_order.push(game.to_string());
+                let g = entry.games.len() as u64;
+                entry.games.push(GameRec {
+                    id: game.into(),
+                    first: place,
+                    last: place,
+                    captures: 1,
+                });
+                let games = &entry.games;
+                entry.by_id.insert_unique(hash, g, |&g| {
+                    games.get(g as usize).map_or(0, |r| hasher.hash_one(&*r.id))
+                });
             }
         }
         Ok(())
     }
 
-    pub fn slot(&self, capture: Capture) -> Option<&Slot> {
+    fn stored(&self, capture: Capture) -> Option<&Stored> {
         let index = usize::try_from(capture.pos.checked_sub(1)?).ok()?;
         self.shards.get(capture.shard as usize)?.get(index)
+    }
+
+    /// The slot of one capture, with its verdict.
+    pub fn slot(&self, capture: Capture) -> Option<Slot> {
+        let stored = self.stored(capture)?;
+        let extra = || self.extras.get(&capture).cloned();
+        let verdict = match stored.tag {
+            ACCEPTED => Some(Compact::Accepted(stored.hash)),
+            ACCEPTED_TEXT => Some(Compact::AcceptedText(extra().unwrap_or_default())),
+            REJECTED => Some(Compact::Rejected(
+                Reason::ALL[usize::from(stored.reason).min(Reason::ALL.len() - 1)],
+                extra(),
+            )),
+            SKIPPED => Some(Compact::Skipped),
+            _ => None,
+        };
+        Some(Slot {
+            frame: FramePos {
+                segment: stored.segment,
+                offset: u64::from(stored.offset),
+                len: stored.len,
+            },
+            verdict,
+        })
     }
 
     /// Records a verdict; false when the capture does not exist.
@@ -153,17 +371,40 @@ impl Index {
         else {
             return false;
         };
-        match self
+        let Some(stored) = self
             .shards
             .get_mut(capture.shard as usize)
             .and_then(|s| s.get_mut(index))
-        {
-            Some(slot) => {
-                slot.verdict = Some(Compact::pack(verdict));
-                true
+        else {
+            return false;
+        };
+        let extra = match Compact::pack(verdict) {
+            Compact::Accepted(hash) => {
+                (stored.tag, stored.hash) = (ACCEPTED, hash);
+                None
             }
-            None => false,
-        }
+            Compact::AcceptedText(hash) => {
+                stored.tag = ACCEPTED_TEXT;
+                Some(hash)
+            }
+            Compact::Rejected(reason, detail) => {
+                stored.tag = REJECTED;
+                stored.reason = Reason::ALL
+                    .iter()
+                    .position(|r| *r == reason)
+                    .map_or(0, |i| i as u8);
+                detail
+            }
+            Compact::Skipped => {
+                stored.tag = SKIPPED;
+                None
+            }
+        };
+        match extra {
+            Some(text) => self.extras.insert(capture, text),
+            None => self.extras.remove(&capture),
+        };
+        true
     }
 
     /// Slots of `shard` from position `from` (inclusive), at most `max`.
@@ -174,31 +415,24 @@ impl Index {
         let start = usize::try_from(from.max(1) - 1)
             .unwrap_or(usize::MAX)
             .min(slots.len());
-        slots[start..]
-            .iter()
+        (start..slots.len())
             .take(max)
-            .enumerate()
-            .map(|(i, slot)| {
-                (
-                    Capture {
-                        shard,
-                        pos: (start + i + 1) as u64,
-                    },
-                    slot.clone(),
-                )
+            .filter_map(|i| {
+                let capture = Capture {
+                    shard,
+                    pos: i as u64 + 1,
+                };
+                Some((capture, self.slot(capture)?))
             })
             .collect()
     }
 
-    /// The captures of one game, or of a whole inbox, in inbox order.
-    pub fn captures(&self, inbox: &str, game: Option<&str>) -> &[Capture] {
-        let Some(entry) = self.inboxes.get(inbox) else {
-            return &[];
-        };
-        match game {
-            None => &entry.all,
-            Some(game) => entry.games.get(game).map_or(&[], Vec::as_slice),
-        }
+    /// How many captures one game has.
+    pub fn count(&self, inbox: &str, game: &str) -> u64 {
+        self.inboxes
+            .get(inbox)
+            .and_then(|entry| entry.game(&self.hasher, game))
+            .map_or(0, |g| g.captures)
     }
 
     /// Up to `limit` captures of one game or inbox that come after `after` in inbox order.
@@ -209,20 +443,46 @@ impl Index {
         after: Option<Capture>,
         limit: usize,
     ) -> Vec<(Capture, Slot)> {
-        let captures = self.captures(inbox, game);
-        let start = match after.and_then(|c| self.slot(c)) {
-            // Orders grow along each list, so the first capture past the cursor is found
-            // by bisection, even when the cursor came from a listing of another game.
-            Some(cursor) => {
-                captures.partition_point(|c| self.slot(*c).is_some_and(|s| s.order <= cursor.order))
-            }
-            None => 0,
+        let Some(entry) = self.inboxes.get(inbox) else {
+            return Vec::new();
         };
-        captures[start..]
-            .iter()
-            .take(limit)
-            .filter_map(|c| self.slot(*c).map(|s| (*c, s.clone())))
-            .collect()
+        let cursor = after.and_then(|c| self.stored(c)).map(|s| s.order);
+        let later = |c: &Capture| match cursor {
+            Some(cursor) => self.stored(*c).is_some_and(|s| s.order > cursor),
+            None => true,
+        };
+        let with_slots = |c: Capture| self.slot(c).map(|s| (c, s));
+        match game {
+            // A game's captures are few: its chain is walked past the cursor (which may
+            // come from a listing of another game).
+            Some(game) => match entry.game(&self.hasher, game) {
+                Some(rec) => entry
+                    .chain(rec)
+                    .skip_while(|c| !later(c))
+                    .take(limit)
+                    .filter_map(with_slots)
+                    .collect(),
+                None => Vec::new(),
+            },
+            // Orders grow along the inbox's list, so the first capture past the cursor
+            // is found by bisection.
+            None => {
+                let (mut low, mut high) = (0, entry.all.len());
+                while low < high {
+                    let mid = low + (high - low) / 2;
+                    match entry.all.get(mid) {
+                        Some(link) if !later(&link.capture.unpack()) => low = mid + 1,
+                        _ => high = mid,
+                    }
+                }
+                entry
+                    .all
+                    .iter_from(low)
+                    .take(limit)
+                    .filter_map(|link| with_slots(link.capture.unpack()))
+                    .collect()
+            }
+        }
     }
 
     /// The games of an inbox, newest first; with `before`, those listed before that
@@ -231,21 +491,18 @@ impl Index {
         let Some(entry) = self.inboxes.get(inbox) else {
             return Vec::new();
         };
-        let end = before.map_or(entry.game_order.len(), |b| {
-            (b.min(entry.game_order.len() as u64)) as usize
-        });
-        entry.game_order[..end]
-            .iter()
-            .enumerate()
+        let count = entry.games.len() as u64;
+        let end = before.map_or(count, |b| b.min(count));
+        (0..end)
             .rev()
             .take(limit)
-            .filter_map(|(order, game)| {
-                let captures = entry.games.get(game)?;
+            .filter_map(|order| {
+                let rec = entry.games.get(order as usize)?;
                 Some(GameEntry {
-                    game: game.clone(),
-                    order: order as u64,
-                    first: *captures.first()?,
-                    captures: captures.len() as u64,
+                    game: rec.id.to_string(),
+                    order,
+                    first: entry.all.get(rec.first as usize)?.capture.unpack(),
+                    captures: rec.captures,
                 })
             })
             .collect()
@@ -332,6 +589,108 @@ mod tests {
         );
         assert!(index.games("box", Some(0), 10).is_empty());
         assert_eq!(index.games("box", Some(99), 1)[0].game, "b");
+    }
+
+    #[test]
+    fn lists_span_many_chunks_and_follow_each_game() {
+        // Enough events that every list crosses chunk boundaries, in games of uneven
+        // lengths interleaved over two shards.
+        let mut index = Index::new(2);
+        let mut next = [1u64, 1];
+        let mut by_game: HashMap<String, Vec<Capture>> = HashMap::new();
+        let mut all = Vec::new();
+        let events = 3 * CHUNK + 17;
+        for i in 0..events {
+            let shard = (i % 3 == 0) as u32;
+            let game = format!("g{}", (i * 7) % 11 + i / 1000);
+            let capture = Capture {
+                shard,
+                pos: next[shard as usize],
+            };
+            next[shard as usize] += 1;
+            index
+                .push(capture, "box", &game, frame(i as u64))
+                .expect("push");
+            by_game.entry(game).or_default().push(capture);
+            all.push(capture);
+        }
+        let listed = |game: Option<&str>, after: Option<Capture>| -> Vec<Capture> {
+            index
+                .page("box", game, after, usize::MAX)
+                .into_iter()
+                .map(|(c, _)| c)
+                .collect()
+        };
+        assert_eq!(listed(None, None), all);
+        for cut in [0, 1, CHUNK - 1, CHUNK, 2 * CHUNK + 5, events - 1] {
+            assert_eq!(listed(None, Some(all[cut])), all[cut + 1..]);
+        }
+        for (game, captures) in &by_game {
+            assert_eq!(listed(Some(game), None), *captures, "game {game}");
+            assert_eq!(index.count("box", game), captures.len() as u64);
+            // A cursor from the whole inbox's listing, inside this game's run.
+            let middle = captures[captures.len() / 2];
+            let place = all.iter().position(|c| *c == middle).expect("listed");
+            let expected: Vec<Capture> = captures
+                .iter()
+                .copied()
+                .filter(|c| all.iter().position(|a| a == c) > Some(place))
+                .collect();
+            assert_eq!(listed(Some(game), Some(middle)), expected);
+        }
+        let games = index.games("box", None, usize::MAX);
+        assert_eq!(games.len(), by_game.len());
+        for entry in &games {
+            assert_eq!(entry.first, by_game[&entry.game][0]);
+            assert_eq!(entry.captures, by_game[&entry.game].len() as u64);
+        }
+        assert_eq!(index.count("box", "nope"), 0);
+        assert_eq!(index.high_water(1), next[1] - 1);
+        let last = index.shard_range(0, next[0] - 1, 10);
+        assert_eq!(last.len(), 1);
+        assert_eq!(last[0].1.frame.offset, (events as u64 - 1) * 100);
+    }
+
+    #[test]
+    fn a_verdict_set_again_replaces_what_was_kept_beside_it() {
+        let mut index = Index::new(1);
+        let capture = Capture { shard: 0, pos: 1 };
+        index.push(capture, "i", "g", frame(0)).expect("push");
+        assert!(index.slot(capture).expect("slot").verdict.is_none());
+        let verdicts = [
+            StoredVerdict::Rejected {
+                reason: Reason::BadSignature,
+                detail: Some("why".into()),
+            },
+            StoredVerdict::Accepted {
+                hash: "ab".repeat(32),
+            },
+            StoredVerdict::Accepted {
+                hash: "not hex".into(),
+            },
+            StoredVerdict::Rejected {
+                reason: *Reason::ALL.last().expect("reasons"),
+                detail: None,
+            },
+            StoredVerdict::Skipped,
+        ];
+        for verdict in verdicts {
+            assert!(index.set_verdict(capture, &verdict));
+            let kept = index
+                .slot(capture)
+                .and_then(|s| s.verdict)
+                .map(|v| v.unpack());
+            assert_eq!(kept, Some(verdict));
+        }
+        assert!(index.extras.is_empty());
+        assert!(!index.set_verdict(Capture { shard: 0, pos: 2 }, &StoredVerdict::Skipped));
+        assert!(!index.set_verdict(Capture { shard: 0, pos: 0 }, &StoredVerdict::Skipped));
+    }
+
+    #[test]
+    fn a_stored_slot_is_56_bytes() {
+        assert_eq!(std::mem::size_of::<Stored>(), 56);
+        assert_eq!(std::mem::size_of::<Link>(), 16);
     }
 
     #[test]
