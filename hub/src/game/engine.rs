@@ -19,7 +19,7 @@ use games::key::GameIds;
 
 use super::actor::{Deliver, GameActor};
 use super::seats::Seats;
-use super::types::GameSummary;
+use super::types::Listed;
 use super::waiters::Waiters;
 use super::{HubConfig, HubError};
 use crate::inbox::{Inbox, Record};
@@ -37,8 +37,8 @@ pub struct Engine {
     pub rooms: Arc<dyn Rooms>,
     pub seats: Seats,
     pub waiters: Waiters,
-    /// The last known summary of each game an actor has seen (for the game listing).
-    pub summaries: DashMap<GameKey, GameSummary>,
+    /// The last known listing entry of each game an actor has seen.
+    pub summaries: DashMap<(Box<str>, Box<str>), Listed>,
     actors: DashMap<GameKey, Addr<GameActor>>,
     arbiters: Vec<ArbiterHandle>,
 }
@@ -170,10 +170,9 @@ impl Engine {
             }
         }
         for reg in self.seats.all_registrations() {
-            let key = (reg.inbox.clone(), reg.game.clone());
             let seen_started = self
                 .summaries
-                .get(&key)
+                .get(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds)
                 .is_some_and(|s| s.phase == super::Phase::Started);
             match (seen_started, reg.paired) {
                 (true, _) => {}

@@ -4,6 +4,8 @@
 //! shapes. Wire-level envelopes (HTTP status, `t` fields of WebSocket frames) are the
 //! edges' business, not this module's.
 
+use std::borrow::Cow;
+
 use games::reason::Refusal;
 use games::Seat;
 use serde::{Serialize, Serializer};
@@ -147,6 +149,37 @@ pub struct GameSummary {
     pub protocol: Option<String>,
     pub phase: super::state::Phase,
     pub result: Option<super::state::ResultView>,
+}
+
+/// What the hub keeps of a game for the listing: a [`GameSummary`] without the game's id
+/// (the key it is kept under), naming a built-in protocol without a copy of the name.
+/// The hub keeps one for every game it has seen since it opened, finished ones too, so
+/// it is kept small.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Listed {
+    pub protocol: Option<Cow<'static, str>>,
+    pub phase: super::state::Phase,
+    pub result: Option<super::state::ResultView>,
+}
+
+impl Listed {
+    /// A game's entry as its state shows it.
+    pub fn of(state: &super::GameState) -> Listed {
+        Listed {
+            protocol: state.protocol.clone().map(Cow::Owned),
+            phase: state.phase,
+            result: state.result,
+        }
+    }
+
+    pub fn summary(&self, game: &str) -> GameSummary {
+        GameSummary {
+            game: game.to_string(),
+            protocol: self.protocol.as_deref().map(str::to_string),
+            phase: self.phase,
+            result: self.result,
+        }
+    }
 }
 
 /// One capture of an inbox listing.

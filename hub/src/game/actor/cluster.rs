@@ -26,8 +26,9 @@ use actix::prelude::*;
 use games::verify::Verdict as ChainVerdict;
 use games::Viewer;
 
-use super::{summary, GameActor};
+use super::GameActor;
 use crate::game::engine::Engine;
+use crate::game::types::Listed;
 use crate::game::HubError;
 use crate::inbox::{Record, StoredVerdict};
 
@@ -122,9 +123,10 @@ impl GameActor {
         self.copy.indexed = Some(indexed);
         if moved {
             if let Ok(spectator) = self.state(Viewer::Spectator) {
-                self.engine
-                    .summaries
-                    .insert((self.inbox.clone(), self.game.clone()), summary(&spectator));
+                self.engine.summaries.insert(
+                    (self.inbox.as_str().into(), self.game.as_str().into()),
+                    Listed::of(&spectator),
+                );
             }
         }
     }

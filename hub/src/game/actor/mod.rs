@@ -23,6 +23,7 @@ mod messages;
 pub use cluster::{CatchUp, Kick, Retire, TakenOver};
 pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +38,7 @@ use super::custody::{self, Custodian};
 use super::engine::Engine;
 use super::seats::Registration;
 use super::state::{self, GameState, KeysView, Notice, Phase, ResultView, SharedState};
-use super::types::{GameSummary, Verdict};
+use super::types::{GameSummary, Listed, Verdict};
 use super::waiters::Outcome;
 use super::writer::{self, Draft, Posting};
 use super::HubError;
@@ -368,13 +369,13 @@ impl GameActor {
     fn list(&mut self) {
         let (protocol, phase, result) = match (self.chain.protocol(), self.chain.result()) {
             (Some(p), Some(result)) => (
-                p.refs().first().copied().unwrap_or("").to_string(),
+                Cow::Borrowed(p.refs().first().copied().unwrap_or("")),
                 Phase::Started,
                 Some(ResultView::from(result)),
             ),
             _ => match self.registration() {
                 Some(reg) if !self.chain.is_skipped() => (
-                    reg.protocol.to_string(),
+                    Cow::Owned(reg.protocol.to_string()),
                     if reg.paired {
                         Phase::Paired
                     } else {
@@ -390,9 +391,8 @@ impl GameActor {
         }
         self.listed = Some((phase, result));
         self.engine.summaries.insert(
-            (self.inbox.clone(), self.game.clone()),
-            GameSummary {
-                game: self.game.clone(),
+            (self.inbox.as_str().into(), self.game.as_str().into()),
+            Listed {
                 protocol: Some(protocol),
                 phase,
                 result,
@@ -642,12 +642,7 @@ impl GameActor {
 
 /// The listing entry of a game, from its spectator state.
 pub fn summary(spectator: &GameState) -> GameSummary {
-    GameSummary {
-        game: spectator.game.clone(),
-        protocol: spectator.protocol.clone(),
-        phase: spectator.phase,
-        result: spectator.result,
-    }
+    Listed::of(spectator).summary(&spectator.game)
 }
 
 impl Actor for GameActor {

@@ -2,6 +2,7 @@
 //! appends anything; a read of a game whose actor is not resident rebuilds it, but a read
 //! of an id that does not exist starts no actor.
 
+use games::key::GameIds;
 use games::reason::Reason;
 use games::Viewer;
 use serde_json::Value;
@@ -174,11 +175,15 @@ impl Hub {
             for entry in batch {
                 budget -= 1;
                 before = Some(entry.order);
-                let key = (inbox.to_string(), entry.game.clone());
                 // A game another node adjudicates: this node's copy catches up first.
                 self.catch_up(inbox, &entry.game).await?;
-                let summary = match self.engine.summaries.get(&key) {
-                    Some(s) => Some(s.clone()),
+                let listed = self
+                    .engine
+                    .summaries
+                    .get(&(inbox, entry.game.as_str()) as &dyn GameIds)
+                    .map(|s| s.clone());
+                let summary = match listed {
+                    Some(s) => Some(s.summary(&entry.game)),
                     None => self
                         .engine
                         .ask(inbox, &entry.game, Snapshot(Viewer::Spectator))
