@@ -687,6 +687,116 @@ mod tests {
         assert!(!index.set_verdict(Capture { shard: 0, pos: 0 }, &StoredVerdict::Skipped));
     }
 
+    /// What the index must answer, kept the plain way: every event in append order.
+    struct Model {
+        events: Vec<(Capture, String, String)>,
+    }
+
+    impl Model {
+        fn place(&self, capture: Capture) -> Option<usize> {
+            self.events.iter().position(|(c, _, _)| *c == capture)
+        }
+
+        fn page(
+            &self,
+            inbox: &str,
+            game: Option<&str>,
+            after: Option<Capture>,
+            limit: usize,
+        ) -> Vec<Capture> {
+            let from = after.and_then(|c| self.place(c)).map_or(0, |p| p + 1);
+            self.events[from..]
+                .iter()
+                .filter(|(_, i, g)| i == inbox && game.is_none_or(|game| g == game))
+                .map(|(c, _, _)| *c)
+                .take(limit)
+                .collect()
+        }
+
+        fn games(&self, inbox: &str) -> Vec<(String, Capture, u64)> {
+            let mut games: Vec<(String, Capture, u64)> = Vec::new();
+            for (c, i, g) in &self.events {
+                if i != inbox {
+                    continue;
+                }
+                match games.iter_mut().find(|(id, _, _)| id == g) {
+                    Some(entry) => entry.2 += 1,
+                    None => games.push((g.clone(), *c, 1)),
+                }
+            }
+            games
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// Random interleavings of games, inboxes and shards, long enough to cross chunk
+        /// boundaries: every listing, count and verdict agrees with the plain model.
+        #[test]
+        fn the_index_answers_as_a_plain_list_would(
+            spec in proptest::collection::vec((0u32..3, 0u8..2, 0u16..60), 0..(2 * CHUNK + 300)),
+            probes in proptest::collection::vec((proptest::prelude::any::<usize>(), 0u8..2, 0u16..60, 1usize..40), 12),
+        ) {
+            let mut index = Index::new(3);
+            let mut next = [1u64; 3];
+            let mut model = Model { events: Vec::new() };
+            for (i, (shard, inbox, game)) in spec.iter().enumerate() {
+                let capture = Capture { shard: *shard, pos: next[*shard as usize] };
+                next[*shard as usize] += 1;
+                let (inbox, game) = (format!("box{inbox}"), format!("game-{game}"));
+                proptest::prop_assert!(index.push(capture, &inbox, &game, frame(i as u64)).is_ok());
+                // Every third event gets a verdict, some of them rejections with a detail.
+                if i % 3 == 0 {
+                    let verdict = if i % 2 == 0 {
+                        StoredVerdict::Accepted { hash: format!("{i:064x}") }
+                    } else {
+                        StoredVerdict::Rejected { reason: Reason::BadSeq, detail: Some(format!("event {i}")) }
+                    };
+                    proptest::prop_assert!(index.set_verdict(capture, &verdict));
+                }
+                model.events.push((capture, inbox, game));
+            }
+            for (i, (capture, _, _)) in model.events.iter().enumerate() {
+                let slot = index.slot(*capture).expect("every event has a slot");
+                proptest::prop_assert_eq!(slot.frame.offset, i as u64 * 100);
+                proptest::prop_assert_eq!(slot.verdict.is_some(), i % 3 == 0);
+            }
+            let listed = |inbox: &str, game: Option<&str>, after: Option<Capture>, limit: usize| -> Vec<Capture> {
+                index.page(inbox, game, after, limit).into_iter().map(|(c, _)| c).collect()
+            };
+            for (pick, inbox, game, limit) in probes {
+                let (inbox, game) = (format!("box{inbox}"), format!("game-{game}"));
+                // A cursor from anywhere in the store: this inbox's or another's.
+                let after = (!model.events.is_empty()).then(|| model.events[pick % model.events.len()].0);
+                let after = after.filter(|_| pick % 5 != 0);
+                proptest::prop_assert_eq!(listed(&inbox, None, after, limit), model.page(&inbox, None, after, limit));
+                proptest::prop_assert_eq!(
+                    listed(&inbox, Some(&game), after, limit),
+                    model.page(&inbox, Some(&game), after, limit)
+                );
+                let expected = model.games(&inbox);
+                let count = expected.iter().find(|(g, _, _)| *g == game).map_or(0, |e| e.2);
+                proptest::prop_assert_eq!(index.count(&inbox, &game), count);
+                let before = (pick % (expected.len() + 2)) as u64;
+                let got: Vec<(String, Capture, u64, u64)> = index
+                    .games(&inbox, Some(before), limit)
+                    .into_iter()
+                    .map(|e| (e.game, e.first, e.captures, e.order))
+                    .collect();
+                let want: Vec<(String, Capture, u64, u64)> = expected
+                    .iter()
+                    .enumerate()
+                    .take(before as usize)
+                    .rev()
+                    .take(limit)
+                    .map(|(order, (g, first, n))| (g.clone(), *first, *n, order as u64))
+                    .collect();
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+    }
+
     #[test]
     fn a_stored_slot_is_56_bytes() {
         assert_eq!(std::mem::size_of::<Stored>(), 56);
