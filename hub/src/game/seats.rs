@@ -4,7 +4,7 @@
 //! seats O. Every record here lives in the durable [`Meta`] store (fsynced before we
 //! answer); the registrations and seat tokens of *open* games (created and not yet finished
 //! or cancelled) are also kept in memory for lookups on the hot path. A finished game
-//! leaves that cache when it closes (its tokens at the next sweep), so the memory a hub
+//! leaves that cache when it closes (its tokens at the next sweep, within a second), so the memory a hub
 //! needs follows its open games, not every game it ever seated; a lookup that misses the
 //! cache reads the store:
 //!

@@ -84,12 +84,17 @@ impl Hub {
         consumers.push(tokio::spawn(async move {
             for tick in 0u64.. {
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(10)) => {
-                        sweeper.waiters.sweep(super::waiters::DONE_TTL);
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                        // Every second: closed games' tokens leave the cache (a walk of
+                        // the open games' tokens, well under a millisecond at 10,000).
                         sweeper.seats.forget_closed_seats();
+                        if tick % 10 != 0 {
+                            continue;
+                        }
+                        sweeper.waiters.sweep(super::waiters::DONE_TTL);
                         sweeper.count_games();
                         // Hourly (and soon after start): forget pairing codes dead for a day.
-                        if tick % 360 == 0 {
+                        if tick % 3600 == 0 {
                             let keep = super::seats::CODE_KEEP.as_millis() as u64;
                             match sweeper.seats.purge_codes(super::seats::now_ms(), keep).await {
                                 Ok(0) => {}
