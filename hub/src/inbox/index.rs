@@ -229,7 +229,7 @@ impl InboxIndex {
 }
 
 /// All indexes of one store: per shard, a slot for each position; per inbox, its
-/// captures in append order and its games. About 80 bytes an event and 80 a game.
+/// captures in append order and its games. About 72 bytes an event and 80 a game.
 pub struct Index {
     shards: Vec<Chunked<Stored>>,
     inboxes: HashMap<String, InboxIndex>,
