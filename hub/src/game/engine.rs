@@ -10,6 +10,7 @@
 //! What it deliberately does not do: check seats or caps (the facade does) or adjudicate
 //! (the actors do).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use actix::dev::ToEnvelope;
@@ -37,8 +38,11 @@ pub struct Engine {
     pub rooms: Arc<dyn Rooms>,
     pub seats: Seats,
     pub waiters: Waiters,
-    /// The last known listing entry of each game an actor has seen.
+    /// The last known listing entry of each game an actor has seen (see [`Engine::list`]).
     pub summaries: DashMap<(Box<str>, Box<str>), Listed>,
+    /// How many of those entries are started and in progress, and finished, kept as
+    /// entries change: the games gauge does not walk every game the hub has seen.
+    listed: [AtomicI64; 2],
     actors: DashMap<GameKey, Addr<GameActor>>,
     arbiters: Vec<ArbiterHandle>,
 }
@@ -63,6 +67,7 @@ impl Engine {
             seats,
             waiters: Waiters::default(),
             summaries: DashMap::new(),
+            listed: [AtomicI64::new(0), AtomicI64::new(0)],
             actors: DashMap::new(),
             arbiters,
         }
@@ -158,17 +163,34 @@ impl Engine {
         ))
     }
 
-    /// Recounts `pipehub_games{phase}` from what this hub knows: seated games waiting or
-    /// paired, and every game an actor has seen since the hub opened, started or finished.
-    pub fn count_games(&self) {
-        let (mut waiting, mut paired, mut started, mut finished) = (0i64, 0i64, 0i64, 0i64);
-        for s in self.summaries.iter() {
-            match (s.phase, s.result) {
-                (super::Phase::Started, Some(r)) if r.status != "in_progress" => finished += 1,
-                (super::Phase::Started, _) => started += 1,
-                _ => {}
-            }
+    /// Records a game's listing entry, and keeps the started and finished counts.
+    pub fn list(&self, inbox: &str, game: &str, entry: Listed) {
+        let class = Self::listed_class(&entry);
+        let old = self.summaries.insert((inbox.into(), game.into()), entry);
+        if let Some(c) = old.as_ref().and_then(Self::listed_class) {
+            self.listed[c].fetch_sub(1, Ordering::Relaxed);
         }
+        if let Some(c) = class {
+            self.listed[c].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Which count an entry is in: 0 started and in progress, 1 finished, else none.
+    fn listed_class(entry: &Listed) -> Option<usize> {
+        match (entry.phase, entry.result) {
+            (super::Phase::Started, Some(r)) if r.status != "in_progress" => Some(1),
+            (super::Phase::Started, _) => Some(0),
+            _ => None,
+        }
+    }
+
+    /// Recounts `pipehub_games{phase}` from what this hub knows: seated games waiting or
+    /// paired, and every game an actor has seen since the hub opened, started or finished
+    /// (those two counted as their entries change, not here).
+    pub fn count_games(&self) {
+        let (mut waiting, mut paired) = (0i64, 0i64);
+        let started = self.listed[0].load(Ordering::Relaxed);
+        let finished = self.listed[1].load(Ordering::Relaxed);
         for reg in self.seats.all_registrations() {
             let seen_started = self
                 .summaries

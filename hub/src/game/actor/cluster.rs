@@ -123,10 +123,8 @@ impl GameActor {
         self.copy.indexed = Some(indexed);
         if moved {
             if let Ok(spectator) = self.state(Viewer::Spectator) {
-                self.engine.summaries.insert(
-                    (self.inbox.as_str().into(), self.game.as_str().into()),
-                    Listed::of(&spectator),
-                );
+                self.engine
+                    .list(&self.inbox, &self.game, Listed::of(&spectator));
             }
         }
     }

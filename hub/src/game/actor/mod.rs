@@ -390,8 +390,9 @@ impl GameActor {
             return;
         }
         self.listed = Some((phase, result));
-        self.engine.summaries.insert(
-            (self.inbox.as_str().into(), self.game.as_str().into()),
+        self.engine.list(
+            &self.inbox,
+            &self.game,
             Listed {
                 protocol: Some(protocol),
                 phase,

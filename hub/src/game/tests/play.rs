@@ -71,6 +71,11 @@ async fn an_anonymous_game_plays_to_a_win_and_exports_a_verifiable_chain() {
         .await
         .expect("capture lookup");
     assert_eq!(one.verdict, Verdict::Accepted);
+
+    // The games gauge counts the game once, as finished: it left "started" with the win.
+    f.hub.count_games_now();
+    let gauge = |phase: &str| f.metrics.games.with_label_values(&[phase]).get();
+    assert_eq!((gauge("started"), gauge("finished")), (0, 1));
 }
 
 #[actix_rt::test]
