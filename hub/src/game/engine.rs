@@ -38,8 +38,9 @@ pub struct Engine {
     pub rooms: Arc<dyn Rooms>,
     pub seats: Seats,
     pub waiters: Waiters,
-    /// The last known listing entry of each game an actor has seen (see [`Engine::list`]).
-    pub summaries: DashMap<(Box<str>, Box<str>), Listed>,
+    /// The last known listing entry of each game an actor has seen: written only through
+    /// [`Engine::list`], which keeps `listed` in step.
+    summaries: DashMap<(Box<str>, Box<str>), Listed>,
     /// How many of those entries are started and in progress, and finished, kept as
     /// entries change: the games gauge does not walk every game the hub has seen.
     listed: [AtomicI64; 2],
@@ -173,6 +174,13 @@ impl Engine {
         if let Some(c) = class {
             self.listed[c].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A game's listing entry, when an actor has seen the game.
+    pub fn listed(&self, inbox: &str, game: &str) -> Option<Listed> {
+        self.summaries
+            .get(&(inbox, game) as &dyn GameIds)
+            .map(|s| s.clone())
     }
 
     /// Which count an entry is in: 0 started and in progress, 1 finished, else none.

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use actix::Arbiter;
 use bytes::Bytes;
-use games::key::GameIds;
 use games::reason::{Reason, Refusal};
 use games::verify::Prepared;
 use games::{crypto, Action, Event, Seat, Viewer};
@@ -524,10 +523,12 @@ impl Hub {
     }
 
     async fn is_started(&self, inbox: &str, game: &str) -> Result<bool, HubError> {
-        if let Some(s) = self.engine.summaries.get(&(inbox, game) as &dyn GameIds) {
-            if s.phase == Phase::Started {
-                return Ok(true);
-            }
+        if self
+            .engine
+            .listed(inbox, game)
+            .is_some_and(|s| s.phase == Phase::Started)
+        {
+            return Ok(true);
         }
         self.catch_up(inbox, game).await?;
         let state = self

@@ -2,7 +2,6 @@
 //! appends anything; a read of a game whose actor is not resident rebuilds it, but a read
 //! of an id that does not exist starts no actor.
 
-use games::key::GameIds;
 use games::reason::Reason;
 use games::Viewer;
 use serde_json::Value;
@@ -177,12 +176,7 @@ impl Hub {
                 before = Some(entry.order);
                 // A game another node adjudicates: this node's copy catches up first.
                 self.catch_up(inbox, &entry.game).await?;
-                let listed = self
-                    .engine
-                    .summaries
-                    .get(&(inbox, entry.game.as_str()) as &dyn GameIds)
-                    .map(|s| s.clone());
-                let summary = match listed {
+                let summary = match self.engine.listed(inbox, &entry.game) {
                     Some(s) => Some(s.summary(&entry.game)),
                     None => self
                         .engine
