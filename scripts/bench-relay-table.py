@@ -51,8 +51,8 @@ bgio = {r["scenario"]["G"]: r for r in load(os.path.join(out, "bgio.json")).get(
         if "scenario" in r and not r.get("error")}
 
 print("\n### pipehub (release build, `pipehub loadgen`, hub and load generator on the same 2 cores)\n")
-print("| case | loadgen flags | moves/s | p50 ms | p90 ms | p99 ms | max ms | refused | errors | hub RSS idle / seated / end MiB | KiB per open game, seated / end | hub CPU s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| case | loadgen flags | moves/s | p50 ms | p90 ms | p99 ms | max ms | refused | errors | hub RSS idle / seated / end MiB | KiB per open game, seated / end | hub CPU s | steal s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 order = sorted((k for k in hub if k.startswith("g")), key=lambda k: int(k[1:])) + ["signed", "rate"]
 for k in order:
     r = hub.get(k)
@@ -62,7 +62,7 @@ for k in order:
     print(f"| {k} | `{r.get('args', '')}` | {num(r.get('moves_per_s'))} | {ms(l.get('p50'))} | {ms(l.get('p90'))} | "
           f"{ms(l.get('p99'))} | {ms(l.get('max'))} | {num(r.get('refused'))} | {num(r.get('errors'))} | "
           f"{mib(r.get('hub_rss_idle_bytes'))} / {mib(r.get('hub_rss_seated_bytes'))} / {mib(r.get('hub_rss_bytes'))} | "
-          f"{num(per_game_kib(r), '{:.1f}')} / {num(per_game_kib(r, 'hub_rss_bytes'), '{:.1f}')} | {num(r.get('hub_cpu_s'), '{:.1f}')} |")
+          f"{num(per_game_kib(r), '{:.1f}')} / {num(per_game_kib(r, 'hub_rss_bytes'), '{:.1f}')} | {num(r.get('hub_cpu_s'), '{:.1f}')} | {num(r.get('machine_steal_s'), '{:.2f}')} |")
 
 if bgio:
     print("\n### side by side with boardgame.io (same workload, same session)\n")

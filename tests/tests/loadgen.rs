@@ -84,6 +84,11 @@ fn a_short_run_plays_real_games_and_reports_them() {
             "{key}: {report}"
         );
     }
+    // Linux counts stolen time: the report carries what the 2 s run saw, at most 2 s of
+    // each CPU (and a little for the clock's slack), never a negative.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let steal = report["machine_steal_s"].as_f64().expect("machine_steal_s");
+    assert!((0.0..=2.5 * cpus).contains(&steal), "{report}");
     // The hub accepted at least the moves the report counts (each table's starts too),
     // and the load generator closed every socket it opened.
     assert!(metric(&hub, "pipehub_events_total") >= moves as f64);

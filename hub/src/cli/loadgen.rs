@@ -117,6 +117,9 @@ fn print_plain(config: &Config, o: &Outcome) {
     );
     println!("refused   {}", r.refused);
     println!("errors    {}", r.errors);
+    if let Some(steal) = r.machine_steal_s {
+        println!("steal     {steal:.2} CPU s taken from this machine by its hypervisor while the clock ran");
+    }
     match (r.hub_rss_bytes, o.rss_before) {
         (Some(end), Some(before)) => println!(
             "hub rss   {:.1} MiB with the games open ({:.1} MiB before; {:.1} KiB more per open game)",

@@ -69,6 +69,31 @@ pub struct Report {
     /// Beyond DESIGN.md's keys: the hub's memory once every table was seated (G open games,
     /// 2G sockets) and before any move, so it holds no finished game's history.
     pub hub_rss_seated_bytes: Option<u64>,
+    /// Beyond DESIGN.md's keys: CPU seconds the hypervisor took from this machine while
+    /// the clock ran (the `steal` column of `/proc/stat`, summed over its CPUs), or `None`
+    /// where that cannot be read. On a virtual machine whose CPU is capped, this is what
+    /// sets the latency tail of a saturated run; it says of the hub only when the hub runs
+    /// on the same machine.
+    pub machine_steal_s: Option<f64>,
+}
+
+/// CPU seconds stolen from this machine since it booted, from the `steal` column (in
+/// clock ticks) of `/proc/stat`'s `cpu` line.
+fn machine_steal_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    steal_ticks(&stat)
+        .filter(|_| ticks > 0)
+        .map(|t| t as f64 / ticks as f64)
+}
+
+/// The `steal` column (the eighth number) of the `cpu` line of a `/proc/stat` text.
+fn steal_ticks(stat: &str) -> Option<u64> {
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("cpu"))?;
+    line.split_whitespace().nth(8)?.parse().ok()
 }
 
 /// The report, and what the plain output and the exit code add to it.
@@ -165,11 +190,16 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
     let rss_seated = shared.http.resident_memory().await.ok();
 
     // Play.
+    let steal_before = machine_steal_s();
     let start = Instant::now();
     let deadline = start + config.duration;
     let _ = control.send(Control::Play { deadline });
     tokio::time::sleep_until(deadline).await;
     let elapsed = start.elapsed().as_secs_f64();
+    let steal = steal_before
+        .zip(machine_steal_s())
+        // Clock ticks are hundredths of a second: say no more than that.
+        .map(|(before, after)| ((after - before).max(0.0) * 100.0).round() / 100.0);
 
     // Hold: the games are still open; read the hub's memory, then release them.
     let hub_rss_bytes = match shared.http.resident_memory().await {
@@ -197,6 +227,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
             latency_ms: stats.percentiles(),
             hub_rss_bytes,
             hub_rss_seated_bytes: rss_seated,
+            machine_steal_s: steal,
         },
         seated,
         rss_before: Some(rss_before),
@@ -250,5 +281,20 @@ impl Outcome {
             ));
         }
         advice
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_number_of_the_cpu_line() {
+        let stat = "cpu  458448 254 64648 306095 6212 0 7671 8562 0 0\n\
+                    cpu0 213792 127 30725 173093 1283 0 2894 4038 0 0\n";
+        assert_eq!(steal_ticks(stat), Some(8562));
+        // A kernel too old to count steal, or a text without a cpu line.
+        assert_eq!(steal_ticks("cpu  1 2 3 4 5 6 7\n"), None);
+        assert_eq!(steal_ticks("intr 1 2 3\n"), None);
     }
 }
