@@ -21,8 +21,9 @@
 //! after a failed fsync the kernel may have dropped the dirty pages, so retrying could
 //! acknowledge data that is gone. Reads keep working.
 //!
-//! Reads take the index lock only to copy a few slot positions, then read the frames with
-//! positioned reads outside it. Those reads are synchronous: recent frames come from the
+//! Reads take the index lock only to copy a few slot positions (an old one with a `pread`
+//! of the index's spill file, see [`super::index`]), then read the frames with positioned
+//! reads outside it. Those reads are synchronous: recent frames come from the
 //! page cache in microseconds, which costs an async caller less than a hop to a blocking
 //! thread pool would.
 //!
@@ -43,7 +44,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::codec::{self, Entry};
-use super::index::{Index, Slot};
+use super::index::{Index, Slot, Spill};
 use super::log::{self, FramePos, Replayed, SegmentLog};
 pub use super::writer::WriterStats;
 use super::writer::{unavailable, Request, Shared, Writer};
@@ -105,7 +106,7 @@ impl EmbeddedInbox {
         fs::create_dir_all(dir)?;
         let lock = lock_dir(dir)?;
         let shards = read_or_write_header(dir, shards)?;
-        let mut index = Index::new(shards);
+        let mut index = Index::spilling(shards, Spill::create(dir)?);
         let mut events = 0u64;
         let (log, replayed) = SegmentLog::open(dir, "inbox", SEGMENT_BYTES, |frame, payload| {
             replay(&mut index, frame, payload, &mut events)

@@ -5,16 +5,26 @@
 //! in append order, each linked to the next capture of its game, and its games with their
 //! first and last captures, so a listing and an actor rebuild touch only what they return.
 //! Raw events stay on disk (the page cache keeps the recent ones warm). An event costs 72
-//! bytes (a 56-byte slot and a 16-byte link) and a game about 80 more, whatever the game
-//! has become: every game the store ever held is indexed, so this is most of what a
-//! finished game leaves in memory, and ten million events fit in under a gigabyte. Lists
-//! grow by fixed chunks, so no push copies a long list.
+//! bytes (a 56-byte slot and a 16-byte link) while it is recent and a game about 80, whatever
+//! the game has become. Lists grow by fixed chunks, so no push copies a long list.
 //!
-//! What it deliberately does not do: any I/O, or any locking. The embedded backend holds it
-//! behind one lock, and only the writer adds to it, after the events are durable.
+//! Every event the store ever held is indexed, so old events would be most of what a
+//! finished game leaves in memory. With a [`Spill`], the slot and link lists keep only their
+//! newest [`HOT`] chunks in memory: older chunks, which are rarely read and almost never
+//! changed, are written to an unlinked file in the data directory and read back with one
+//! `pread` per record. The file is a cache of what the log holds, rebuilt at every open
+//! like the rest of the index, so it is never synced and needs no recovery.
+//!
+//! What it deliberately does not do: any locking, or any I/O but the spill file's. The
+//! embedded backend holds it behind one lock, and only the writer adds to it, after the
+//! events are durable.
 
 use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
 use std::hash::BuildHasher;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use games::Reason;
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -85,7 +95,7 @@ const SKIPPED: u8 = 4;
 /// One event of a shard as the index keeps it: 56 bytes, where a [`Slot`] is 64. An
 /// accepted hash is inline; what is rare and of any length (a rejection's detail, a hash
 /// that is not 64 lowercase hex characters) lives in [`Index::extras`].
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Stored {
     hash: [u8; 32],
     /// Place in the store's global append order: inbox order across shards.
@@ -99,8 +109,128 @@ struct Stored {
     reason: u8,
 }
 
-/// Slots per chunk of a [`Chunked`] vector.
+impl Record for Stored {
+    const SIZE: usize = 54;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.hash);
+        out.extend_from_slice(&self.order.to_le_bytes());
+        out.extend_from_slice(&self.segment.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&[self.tag, self.reason]);
+    }
+
+    fn take(bytes: &[u8]) -> Stored {
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&bytes[..32]);
+        Stored {
+            hash,
+            order: u64::from_le_bytes(word(&bytes[32..40])),
+            segment: u32::from_le_bytes(word(&bytes[40..44])),
+            offset: u32::from_le_bytes(word(&bytes[44..48])),
+            len: u32::from_le_bytes(word(&bytes[48..52])),
+            tag: bytes[52],
+            reason: bytes[53],
+        }
+    }
+}
+
+/// A fixed-size array from a slice of its length.
+fn word<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(bytes);
+    out
+}
+
+/// A list element that can be written to the spill file: `SIZE` bytes, at most
+/// [`MAX_RECORD`].
+trait Record: Copy {
+    const SIZE: usize;
+    fn put(&self, out: &mut Vec<u8>);
+    /// From exactly `SIZE` bytes written by [`Record::put`].
+    fn take(bytes: &[u8]) -> Self;
+}
+
+const MAX_RECORD: usize = 64;
+const _: () = assert!(Stored::SIZE <= MAX_RECORD && Link::SIZE <= MAX_RECORD);
+
+/// Slots per chunk of a [`Chunked`] vector (small in tests, so that they cross many).
+#[cfg(not(test))]
 const CHUNK: usize = 4096;
+#[cfg(test)]
+const CHUNK: usize = 64;
+
+/// Chunks of a spilling list kept in memory: the newest, which is being filled, and the one
+/// before, where the last events of the games in progress mostly lie (each new event of a
+/// game updates its previous one's link).
+const HOT: usize = 2;
+
+/// Where old chunks of the index go (see the module documentation).
+pub struct Spill {
+    file: File,
+    end: u64,
+    /// Set after a failed write: from then on every chunk stays in memory.
+    failed: bool,
+}
+
+impl Spill {
+    /// A fresh spill file in `dir`, unlinked at once: it goes when the store closes.
+    pub fn create(dir: &Path) -> io::Result<Spill> {
+        let path = dir.join("index.cache");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        std::fs::remove_file(&path)?;
+        Ok(Spill {
+            file,
+            end: 0,
+            failed: false,
+        })
+    }
+
+    /// Writes `bytes` at the end of the file; where they lie.
+    fn append(&mut self, bytes: &[u8]) -> io::Result<u64> {
+        if self.failed {
+            return Err(io::Error::other("the spill file failed before"));
+        }
+        let at = self.end;
+        if let Err(e) = self.file.write_all_at(bytes, at) {
+            self.failed = true;
+            tracing::warn!(error = %e, "cannot write the index's spill file: old events stay in memory");
+            return Err(e);
+        }
+        self.end += bytes.len() as u64;
+        Ok(at)
+    }
+
+    fn read<T: Record>(&self, at: u64) -> Option<T> {
+        let mut buf = [0u8; MAX_RECORD];
+        let buf = &mut buf[..T::SIZE];
+        match self.file.read_exact_at(buf, at) {
+            Ok(()) => Some(T::take(buf)),
+            Err(e) => {
+                tracing::error!(error = %e, at, "cannot read the index's spill file");
+                None
+            }
+        }
+    }
+
+    fn write<T: Record>(&self, at: u64, value: &T) -> bool {
+        let mut buf = Vec::with_capacity(T::SIZE);
+        value.put(&mut buf);
+        match self.file.write_all_at(&buf, at) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, at, "cannot write the index's spill file");
+                false
+            }
+        }
+    }
+}
 
 /// A vector grown by fixed chunks once it is past one: a push never copies what is
 /// already there (the writer pushes under the index's lock, and doubling a vector of
@@ -110,6 +240,9 @@ const CHUNK: usize = 4096;
 struct Chunked<T> {
     chunks: Vec<Vec<T>>,
     len: usize,
+    /// Where the first chunks lie in the [`Spill`] file, when they were written there
+    /// (their vectors are then empty).
+    spilled: Vec<u64>,
 }
 
 impl<T> Default for Chunked<T> {
@@ -117,6 +250,7 @@ impl<T> Default for Chunked<T> {
         Chunked {
             chunks: Vec::new(),
             len: 0,
+            spilled: Vec::new(),
         }
     }
 }
@@ -147,20 +281,83 @@ impl<T> Chunked<T> {
     fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
     }
+}
 
-    /// From place `from` (inclusive) to the end.
-    fn iter_from(&self, from: usize) -> impl Iterator<Item = &T> {
-        let first = (from / CHUNK).min(self.chunks.len());
-        self.chunks[first..]
-            .iter()
-            .flatten()
-            .skip(from.saturating_sub(first * CHUNK))
+/// A list that may spill: read and changed by value, wherever the element lies.
+impl<T: Record> Chunked<T> {
+    /// Where element `i` lies in the spill file, if its chunk was written there.
+    fn spilled_at(&self, i: usize) -> Option<u64> {
+        let at = *self.spilled.get(i / CHUNK)?;
+        Some(at + ((i % CHUNK) * T::SIZE) as u64)
+    }
+
+    fn fetch(&self, i: usize, spill: Option<&Spill>) -> Option<T> {
+        match self.spilled_at(i) {
+            Some(at) if i < self.len => spill?.read(at),
+            Some(_) => None,
+            None => self.get(i).copied(),
+        }
+    }
+
+    /// Changes element `i` in place; false when it does not exist or cannot be rewritten.
+    fn update(&mut self, i: usize, spill: Option<&Spill>, change: impl FnOnce(&mut T)) -> bool {
+        match self.spilled_at(i) {
+            Some(at) if i < self.len => {
+                let Some(spill) = spill else { return false };
+                let Some(mut value) = spill.read::<T>(at) else {
+                    return false;
+                };
+                change(&mut value);
+                spill.write(at, &value)
+            }
+            Some(_) => false,
+            None => match self.get_mut(i) {
+                Some(value) => {
+                    change(value);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// Pushes, then writes the oldest chunks kept in memory to `spill` while more than
+    /// [`HOT`] are.
+    fn push_spilling(&mut self, value: T, spill: Option<&mut Spill>) {
+        self.push(value);
+        let Some(spill) = spill else { return };
+        while self.chunks.len() - self.spilled.len() > HOT {
+            let c = self.spilled.len();
+            let mut bytes = Vec::with_capacity(CHUNK * T::SIZE);
+            for value in &self.chunks[c] {
+                value.put(&mut bytes);
+            }
+            let Ok(at) = spill.append(&bytes) else { return };
+            self.spilled.push(at);
+            self.chunks[c] = Vec::new();
+        }
     }
 }
 
 /// A capture in one word: the shard in the top 16 bits, the position below.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Packed(u64);
+
+impl Record for Link {
+    const SIZE: usize = 16;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.capture.0.to_le_bytes());
+        out.extend_from_slice(&self.next.to_le_bytes());
+    }
+
+    fn take(bytes: &[u8]) -> Link {
+        Link {
+            capture: Packed(u64::from_le_bytes(word(&bytes[..8]))),
+            next: u64::from_le_bytes(word(&bytes[8..16])),
+        }
+    }
+}
 
 impl Packed {
     const POS_BITS: u32 = 48;
@@ -184,7 +381,7 @@ const END: u64 = u64::MAX;
 /// One capture of an inbox: what it is, and where in the inbox's list the next capture
 /// of its game is (a game's captures are a chain through the list, not a list of their
 /// own per game).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Link {
     capture: Packed,
     next: u64,
@@ -218,10 +415,14 @@ impl InboxIndex {
     }
 
     /// The captures of one game, in inbox order, from its first.
-    fn chain<'a>(&'a self, game: &GameRec) -> impl Iterator<Item = Capture> + 'a {
+    fn chain<'a>(
+        &'a self,
+        game: &GameRec,
+        spill: Option<&'a Spill>,
+    ) -> impl Iterator<Item = Capture> + 'a {
         let mut next = game.first;
         std::iter::from_fn(move || {
-            let link = self.all.get(usize::try_from(next).ok()?)?;
+            let link = self.all.fetch(usize::try_from(next).ok()?, spill)?;
             next = link.next;
             Some(link.capture.unpack())
         })
@@ -237,9 +438,12 @@ pub struct Index {
     extras: HashMap<Capture, Box<str>>,
     hasher: DefaultHashBuilder,
     next_order: u64,
+    /// Where old chunks go; `None` keeps everything in memory.
+    spill: Option<Spill>,
 }
 
 impl Index {
+    /// An index that keeps everything in memory.
     pub fn new(shards: u32) -> Index {
         Index {
             shards: (0..shards).map(|_| Chunked::default()).collect(),
@@ -247,6 +451,15 @@ impl Index {
             extras: HashMap::new(),
             hasher: DefaultHashBuilder::default(),
             next_order: 0,
+            spill: None,
+        }
+    }
+
+    /// An index that writes old chunks of its lists to `spill`.
+    pub fn spilling(shards: u32, spill: Spill) -> Index {
+        Index {
+            spill: Some(spill),
+            ..Index::new(shards)
         }
     }
 
@@ -282,23 +495,29 @@ impl Index {
                 "event {capture} lies beyond what the index can hold"
             ));
         };
-        shard.push(Stored {
-            hash: [0; 32],
-            order: self.next_order,
-            segment: frame.segment,
-            offset,
-            len: frame.len,
-            tag: NO_VERDICT,
-            reason: 0,
-        });
+        shard.push_spilling(
+            Stored {
+                hash: [0; 32],
+                order: self.next_order,
+                segment: frame.segment,
+                offset,
+                len: frame.len,
+                tag: NO_VERDICT,
+                reason: 0,
+            },
+            self.spill.as_mut(),
+        );
         self.next_order += 1;
         let hasher = &self.hasher;
         let entry = self.inboxes.entry_ref(inbox);
         let place = entry.all.len() as u64;
-        entry.all.push(Link {
-            capture: packed,
-            next: END,
-        });
+        entry.all.push_spilling(
+            Link {
+                capture: packed,
+                next: END,
+            },
+            self.spill.as_mut(),
+        );
         let hash = hasher.hash_one(game);
         let games = &entry.games;
         let found = entry.by_id.find(hash, |&g| {
@@ -312,9 +531,9 @@ impl Index {
                 let last = rec.last;
                 rec.last = place;
                 rec.captures += 1;
-                if let Some(link) = entry.all.get_mut(last as usize) {
-                    link.next = place;
-                }
+                entry
+                    .all
+                    .update(last as usize, self.spill.as_ref(), |link| link.next = place);
             }
             None => {
                 let g = entry.games.len() as u64;
@@ -333,9 +552,11 @@ impl Index {
         Ok(())
     }
 
-    fn stored(&self, capture: Capture) -> Option<&Stored> {
+    fn stored(&self, capture: Capture) -> Option<Stored> {
         let index = usize::try_from(capture.pos.checked_sub(1)?).ok()?;
-        self.shards.get(capture.shard as usize)?.get(index)
+        self.shards
+            .get(capture.shard as usize)?
+            .fetch(index, self.spill.as_ref())
     }
 
     /// The slot of one capture, with its verdict.
@@ -371,35 +592,31 @@ impl Index {
         else {
             return false;
         };
-        let Some(stored) = self
-            .shards
-            .get_mut(capture.shard as usize)
-            .and_then(|s| s.get_mut(index))
-        else {
+        let Some(shard) = self.shards.get_mut(capture.shard as usize) else {
             return false;
         };
-        let extra = match Compact::pack(verdict) {
-            Compact::Accepted(hash) => {
-                (stored.tag, stored.hash) = (ACCEPTED, hash);
-                None
-            }
-            Compact::AcceptedText(hash) => {
-                stored.tag = ACCEPTED_TEXT;
-                Some(hash)
-            }
+        // What the slot takes: its tag, and an accepted hash or a rejection's reason.
+        let (tag, hash, reason, extra) = match Compact::pack(verdict) {
+            Compact::Accepted(hash) => (ACCEPTED, Some(hash), None, None),
+            Compact::AcceptedText(hash) => (ACCEPTED_TEXT, None, None, Some(hash)),
             Compact::Rejected(reason, detail) => {
-                stored.tag = REJECTED;
-                stored.reason = Reason::ALL
-                    .iter()
-                    .position(|r| *r == reason)
-                    .map_or(0, |i| i as u8);
-                detail
+                let place = Reason::ALL.iter().position(|r| *r == reason);
+                (REJECTED, None, Some(place.map_or(0, |i| i as u8)), detail)
             }
-            Compact::Skipped => {
-                stored.tag = SKIPPED;
-                None
-            }
+            Compact::Skipped => (SKIPPED, None, None, None),
         };
+        let changed = shard.update(index, self.spill.as_ref(), |stored| {
+            stored.tag = tag;
+            if let Some(hash) = hash {
+                stored.hash = hash;
+            }
+            if let Some(reason) = reason {
+                stored.reason = reason;
+            }
+        });
+        if !changed {
+            return false;
+        }
         match extra {
             Some(text) => self.extras.insert(capture, text),
             None => self.extras.remove(&capture),
@@ -457,7 +674,7 @@ impl Index {
             // come from a listing of another game).
             Some(game) => match entry.game(&self.hasher, game) {
                 Some(rec) => entry
-                    .chain(rec)
+                    .chain(rec, self.spill.as_ref())
                     .skip_while(|c| !later(c))
                     .take(limit)
                     .filter_map(with_slots)
@@ -470,15 +687,14 @@ impl Index {
                 let (mut low, mut high) = (0, entry.all.len());
                 while low < high {
                     let mid = low + (high - low) / 2;
-                    match entry.all.get(mid) {
+                    match entry.all.fetch(mid, self.spill.as_ref()) {
                         Some(link) if !later(&link.capture.unpack()) => low = mid + 1,
                         _ => high = mid,
                     }
                 }
-                entry
-                    .all
-                    .iter_from(low)
+                (low..entry.all.len())
                     .take(limit)
+                    .filter_map(|i| entry.all.fetch(i, self.spill.as_ref()))
                     .filter_map(|link| with_slots(link.capture.unpack()))
                     .collect()
             }
@@ -501,7 +717,11 @@ impl Index {
                 Some(GameEntry {
                     game: rec.id.to_string(),
                     order,
-                    first: entry.all.get(rec.first as usize)?.capture.unpack(),
+                    first: entry
+                        .all
+                        .fetch(rec.first as usize, self.spill.as_ref())?
+                        .capture
+                        .unpack(),
                     captures: rec.captures,
                 })
             })
@@ -535,6 +755,101 @@ mod tests {
             offset: n * 100,
             len: 10,
         }
+    }
+
+    /// An index that spills to a file in a fresh directory (kept alive beside it).
+    fn spilling(shards: u32) -> (Index, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let spill = Spill::create(dir.path()).expect("a spill file");
+        (Index::spilling(shards, spill), dir)
+    }
+
+    #[test]
+    fn records_round_trip_through_their_bytes() {
+        let stored = Stored {
+            hash: [7; 32],
+            order: u64::MAX - 3,
+            segment: 9,
+            offset: u32::MAX,
+            len: 12345,
+            tag: REJECTED,
+            reason: 4,
+        };
+        let mut bytes = Vec::new();
+        stored.put(&mut bytes);
+        assert_eq!(bytes.len(), Stored::SIZE);
+        assert_eq!(Stored::take(&bytes), stored);
+        let link = Link {
+            capture: Packed(u64::MAX - 1),
+            next: 77,
+        };
+        bytes.clear();
+        link.put(&mut bytes);
+        assert_eq!(bytes.len(), Link::SIZE);
+        assert_eq!(Link::take(&bytes), link);
+    }
+
+    #[test]
+    fn old_chunks_leave_memory_and_still_answer() {
+        let (mut index, _dir) = spilling(1);
+        let events = 10 * CHUNK + 3;
+        for i in 0..events {
+            // Game "long" has an event every 3 * CHUNK, so each of its links is updated
+            // after its chunk was spilled.
+            let game = if i % (3 * CHUNK) == 0 {
+                "long".to_string()
+            } else {
+                format!("g{}", i / 5)
+            };
+            let capture = Capture {
+                shard: 0,
+                pos: i as u64 + 1,
+            };
+            index
+                .push(capture, "box", &game, frame(i as u64))
+                .expect("push");
+        }
+        let in_memory: usize = index.shards[0].chunks.iter().map(Vec::len).sum();
+        assert_eq!(
+            in_memory,
+            CHUNK + 3,
+            "only the newest chunks stay in memory"
+        );
+        assert_eq!(index.shards[0].spilled.len(), 9);
+        // A verdict on a spilled slot is written through, and its extra kept beside it.
+        let old = Capture { shard: 0, pos: 2 };
+        let verdicts = [
+            StoredVerdict::Accepted {
+                hash: "ab".repeat(32),
+            },
+            StoredVerdict::Rejected {
+                reason: Reason::BadSeq,
+                detail: Some("late".into()),
+            },
+        ];
+        for verdict in verdicts {
+            assert!(index.set_verdict(old, &verdict));
+            let slot = index.slot(old).expect("slot");
+            assert_eq!(slot.verdict.map(|v| v.unpack()), Some(verdict));
+            assert_eq!(slot.frame.offset, 100);
+        }
+        let long: Vec<u64> = index
+            .page("box", Some("long"), None, usize::MAX)
+            .into_iter()
+            .map(|(c, _)| c.pos)
+            .collect();
+        let want: Vec<u64> = (0..events)
+            .filter(|i| i % (3 * CHUNK) == 0)
+            .map(|i| i as u64 + 1)
+            .collect();
+        assert_eq!(long, want);
+        let all = index.page("box", None, Some(Capture { shard: 0, pos: 5 }), 7);
+        let positions: Vec<u64> = all.iter().map(|(c, _)| c.pos).collect();
+        assert_eq!(positions, (6..13).collect::<Vec<u64>>());
+        assert_eq!(
+            index.games("box", Some(1), 1)[0].first,
+            Capture { shard: 0, pos: 1 }
+        );
     }
 
     #[test]
@@ -595,7 +910,7 @@ mod tests {
     fn lists_span_many_chunks_and_follow_each_game() {
         // Enough events that every list crosses chunk boundaries, in games of uneven
         // lengths interleaved over two shards.
-        let mut index = Index::new(2);
+        let (mut index, _dir) = spilling(2);
         let mut next = [1u64, 1];
         let mut by_game: HashMap<String, Vec<Capture>> = HashMap::new();
         let mut all = Vec::new();
@@ -738,7 +1053,7 @@ mod tests {
             spec in proptest::collection::vec((0u32..3, 0u8..2, 0u16..60), 0..(2 * CHUNK + 300)),
             probes in proptest::collection::vec((proptest::prelude::any::<usize>(), 0u8..2, 0u16..60, 1usize..40), 12),
         ) {
-            let mut index = Index::new(3);
+            let (mut index, _dir) = spilling(3);
             let mut next = [1u64; 3];
             let mut model = Model { events: Vec::new() };
             for (i, (shard, inbox, game)) in spec.iter().enumerate() {
@@ -765,7 +1080,7 @@ mod tests {
             let listed = |inbox: &str, game: Option<&str>, after: Option<Capture>, limit: usize| -> Vec<Capture> {
                 index.page(inbox, game, after, limit).into_iter().map(|(c, _)| c).collect()
             };
-            for (pick, inbox, game, limit) in probes {
+            for &(pick, inbox, game, limit) in &probes {
                 let (inbox, game) = (format!("box{inbox}"), format!("game-{game}"));
                 // A cursor from anywhere in the store: this inbox's or another's.
                 let after = (!model.events.is_empty()).then(|| model.events[pick % model.events.len()].0);
@@ -793,6 +1108,17 @@ mod tests {
                     .map(|(order, (g, first, n))| (g.clone(), *first, *n, order as u64))
                     .collect();
                 proptest::prop_assert_eq!(got, want);
+            }
+            // Verdicts set late, on old events as well as recent ones, read back exactly.
+            for (pick, _, game, _) in probes {
+                if model.events.is_empty() {
+                    break;
+                }
+                let capture = model.events[pick % model.events.len()].0;
+                let verdict = StoredVerdict::Accepted { hash: format!("{game:064x}") };
+                proptest::prop_assert!(index.set_verdict(capture, &verdict));
+                let slot = index.slot(capture).expect("slot");
+                proptest::prop_assert_eq!(slot.verdict.map(|v| v.unpack()), Some(verdict));
             }
         }
     }
