@@ -5,8 +5,9 @@
 //! Values stay on disk (the page cache keeps the recent ones warm) and are read back with
 //! one `pread` by `get`, `scan` and `take`. The store holds a registration, two seats and
 //! a code tombstone for every game the hub ever seated, so values kept in memory were
-//! about a kilobyte of every finished game's footprint; a key and its position are about
-//! a hundred bytes.
+//! about a kilobyte of every finished game's footprint. Keys that name a SHA-256 (`seat/`
+//! and `code/`, three of a finished game's four) are held as its 32 bytes inline rather
+//! than as 69 bytes of text on the heap (see [`Key`]).
 //!
 //! Changes are group-committed by one writer thread, like the inbox's appends: a caller
 //! stages its change and waits; the writer takes every staged change, writes them with one
@@ -27,6 +28,7 @@
 //! What it deliberately does not do: cache values, or retry after a failed write or fsync
 //! (the store stops taking writes: the kernel may have dropped the pages).
 
+use std::cmp::Ordering as Order;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,6 +60,90 @@ pub const PACING: log::Pacing = log::Pacing {
     siblings: 8,
 };
 
+/// A key as the map holds it. `seat/` and `code/` keys name a SHA-256 in lowercase hex:
+/// they are held as its 32 bytes inline instead of 69 bytes of text on the heap. Every
+/// other key is held as its text. A key has one form (a hashed key is never held as text),
+/// so equality is the form's; order is always the text's. Two hashed keys compare without
+/// being spelled out: their prefixes are the same length, and lowercase hex sorts as the
+/// bytes it spells do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Key {
+    /// A place in [`HASHED`], and the hash.
+    Hashed(u8, [u8; 32]),
+    Text(Box<str>),
+}
+
+/// The prefixes of hashed keys, in order.
+const HASHED: [&str; 2] = ["code/", "seat/"];
+/// The length of a hashed key's text: a prefix and 64 hex digits.
+const HASHED_LEN: usize = 5 + 64;
+
+impl Key {
+    fn of(text: &str) -> Key {
+        for (place, prefix) in HASHED.iter().enumerate() {
+            if let Some(bytes) = text.strip_prefix(prefix).and_then(lower_hex) {
+                return Key::Hashed(place as u8, bytes);
+            }
+        }
+        Key::Text(text.into())
+    }
+
+    /// Its text, spelled out in `buf` when it is hashed.
+    fn text<'a>(&'a self, buf: &'a mut [u8; HASHED_LEN]) -> &'a [u8] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        match self {
+            Key::Text(text) => text.as_bytes(),
+            Key::Hashed(place, bytes) => {
+                let prefix = HASHED[usize::from(*place) % HASHED.len()].as_bytes();
+                buf[..prefix.len()].copy_from_slice(prefix);
+                for (i, b) in bytes.iter().enumerate() {
+                    buf[prefix.len() + 2 * i] = DIGITS[usize::from(b >> 4)];
+                    buf[prefix.len() + 2 * i + 1] = DIGITS[usize::from(b & 15)];
+                }
+                &buf[..]
+            }
+        }
+    }
+
+    fn to_text(&self) -> String {
+        let mut buf = [0u8; HASHED_LEN];
+        String::from_utf8_lossy(self.text(&mut buf)).into_owned()
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Key::Text(text) => text.len(),
+            Key::Hashed(..) => HASHED_LEN,
+        }
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> Order {
+        match (self, other) {
+            (Key::Hashed(p, a), Key::Hashed(q, b)) => (p, a).cmp(&(q, b)),
+            (Key::Text(a), Key::Text(b)) => a.cmp(b),
+            _ => {
+                let (mut a, mut b) = ([0u8; HASHED_LEN], [0u8; HASHED_LEN]);
+                self.text(&mut a).cmp(other.text(&mut b))
+            }
+        }
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<Order> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The 32 bytes that exactly 64 lowercase hex digits spell.
+fn lower_hex(hex: &str) -> Option<[u8; 32]> {
+    let lowercase = hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let mut bytes = [0u8; 32];
+    (lowercase && hex.len() == 64 && hex::decode_to_slice(hex, &mut bytes).is_ok()).then_some(bytes)
+}
+
 /// The embedded meta store. See the module documentation.
 pub struct EmbeddedMeta {
     shared: Arc<Shared>,
@@ -67,7 +153,7 @@ pub struct EmbeddedMeta {
 /// What callers and the writer share.
 struct Shared {
     /// Durable contents: each key with where its value lies in the log.
-    map: RwLock<BTreeMap<String, FramePos>>,
+    map: RwLock<BTreeMap<Key, FramePos>>,
     segments: Segments,
     /// Lock order: `staged` before `map`.
     staged: Mutex<Staged>,
@@ -117,7 +203,7 @@ fn encode(
 
 /// Replays one change read from the log at `frame`.
 fn apply(
-    map: &mut BTreeMap<String, FramePos>,
+    map: &mut BTreeMap<Key, FramePos>,
     frame: FramePos,
     payload: &[u8],
 ) -> Result<(), StoreError> {
@@ -128,7 +214,7 @@ fn apply(
     word.copy_from_slice(len_bytes);
     let len = u32::from_le_bytes(word) as usize;
     let key = rest.get(4..4 + len).ok_or_else(damaged)?;
-    let key = std::str::from_utf8(key).map_err(|_| damaged())?.to_string();
+    let key = Key::of(std::str::from_utf8(key).map_err(|_| damaged())?);
     let skip = 1 + 4 + len;
     let value = FramePos {
         segment: frame.segment,
@@ -178,7 +264,7 @@ impl EmbeddedMeta {
             let mut moved = Vec::with_capacity(map.len());
             for (key, at) in &map {
                 let value = segments.read(*at)?;
-                moved.push(encode(&mut buf, PUT, key, &value, (0, base)));
+                moved.push(encode(&mut buf, PUT, &key.to_text(), &value, (0, base)));
             }
             log.write_batch(&buf, true)?;
             log.drop_older_segments()?;
@@ -232,7 +318,7 @@ impl EmbeddedMeta {
             let mut staged = self.shared.staged.lock();
             let before = match staged.newest.get(key) {
                 Some((_, v)) => Before::Staged(v.clone()),
-                None => match self.shared.map.read().get(key) {
+                None => match self.shared.map.read().get(&Key::of(key)) {
                     Some(at) => Before::Durable(*at),
                     None => Before::Staged(None),
                 },
@@ -337,8 +423,8 @@ fn run(
             for (i, c) in batch.iter().enumerate() {
                 if written.is_ok() {
                     match (&c.value, places.get(i)) {
-                        (Some(_), Some(at)) => map.insert(c.key.clone(), *at),
-                        _ => map.remove(&c.key),
+                        (Some(_), Some(at)) => map.insert(Key::of(&c.key), *at),
+                        _ => map.remove(&Key::of(&c.key)),
                     };
                 }
                 if staged
@@ -388,7 +474,7 @@ impl Meta for EmbeddedMeta {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        let at = self.shared.map.read().get(key).copied();
+        let at = self.shared.map.read().get(&Key::of(key)).copied();
         at.map(|at| self.shared.read(at)).transpose()
     }
 
@@ -411,12 +497,9 @@ impl Meta for EmbeddedMeta {
             .shared
             .map
             .read()
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
+            .range(Key::of(prefix)..)
+            .map(|(k, at)| (k.to_text(), *at))
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, at)| (k.clone(), *at))
             .collect();
         places
             .into_iter()
@@ -437,6 +520,82 @@ mod tests {
 
     fn b(s: &str) -> Bytes {
         Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    fn hashed(n: u8, prefix: &str) -> String {
+        format!("{prefix}{}", hex::encode([n; 32]))
+    }
+
+    #[test]
+    fn keys_order_as_their_text_does() {
+        let texts = [
+            String::new(),
+            "code/".into(),
+            "code/ab".into(),
+            hashed(0, "code/"),
+            hashed(0xab, "code/"),
+            hashed(0xff, "code/"),
+            format!("{}0", hashed(0xab, "code/")),
+            "code/g".into(),
+            "game/box/g1".into(),
+            "seat".into(),
+            "seat/".into(),
+            hashed(1, "seat/"),
+            hashed(0xab, "seat/").to_uppercase(),
+            hashed(0xfe, "seat/"),
+            "seat/zz".into(),
+            "seau".into(),
+        ];
+        for a in &texts {
+            let key = Key::of(a);
+            assert_eq!(key.to_text(), *a);
+            assert_eq!(key.len(), a.len());
+            for b in &texts {
+                assert_eq!(key.cmp(&Key::of(b)), a.cmp(b), "{a} against {b}");
+                assert_eq!(key == Key::of(b), a == b);
+            }
+        }
+        assert!(matches!(Key::of(&hashed(7, "seat/")), Key::Hashed(1, _)));
+        assert!(matches!(
+            Key::of(&hashed(7, "seat/").to_uppercase()),
+            Key::Text(_)
+        ));
+        assert!(matches!(Key::of(&hashed(7, "game/")), Key::Text(_)));
+    }
+
+    #[tokio::test]
+    async fn hashed_and_text_keys_scan_together_and_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (low, high) = (hashed(0x10, "seat/"), hashed(0x20, "seat/"));
+        let odd = format!("{}x", hashed(0x10, "seat/"));
+        {
+            let meta = EmbeddedMeta::open(dir.path()).expect("open");
+            for (key, value) in [(&high, "2"), (&odd, "3"), (&low, "1")] {
+                meta.put(key, Bytes::copy_from_slice(value.as_bytes()))
+                    .await
+                    .expect("put");
+            }
+            meta.put("seat/short", b("4")).await.expect("put");
+            meta.put(&hashed(0x10, "code/"), b("5")).await.expect("put");
+            assert_eq!(
+                meta.take(&hashed(0x10, "code/")).await.expect("take"),
+                Some(b("5"))
+            );
+        }
+        let meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+        let scanned = meta.scan("seat/").await.expect("scan");
+        let keys: Vec<&str> = scanned.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [low.as_str(), odd.as_str(), high.as_str(), "seat/short"]
+        );
+        assert_eq!(
+            meta.scan(&low).await.expect("scan").len(),
+            2,
+            "{low} and {odd}"
+        );
+        assert_eq!(meta.get(&high).await.expect("get"), Some(b("2")));
+        assert!(meta.scan("code/").await.expect("scan").is_empty());
     }
 
     #[tokio::test]
