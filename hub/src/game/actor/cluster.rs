@@ -110,7 +110,7 @@ impl GameActor {
                 moved = true;
                 let (verdict, _, event) = self.judge(record);
                 if let (ChainVerdict::Accepted { hash }, Some(event)) = (&verdict, &event) {
-                    self.on_accepted(event, hash, record.seat);
+                    self.on_accepted(record.capture, event, hash, record.seat);
                 }
                 if matches!(verdict, ChainVerdict::Accepted { .. })
                     != matches!(recorded, StoredVerdict::Accepted { .. })

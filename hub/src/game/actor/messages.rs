@@ -15,7 +15,7 @@ use crate::game::custody;
 use crate::game::state::GameState;
 use crate::game::writer::{self, Posting};
 use crate::game::HubError;
-use crate::inbox::Record;
+use crate::inbox::{Capture, Record};
 use crate::rooms::Cause;
 
 /// A durable record of this game, from its shard's consumer, in shard order.
@@ -186,9 +186,9 @@ impl Handler<Paired> for GameActor {
     }
 }
 
-/// The accepted chain, one JSON line per event.
+/// Where the accepted chain's events are in the inbox, in chain order.
 #[derive(Clone, Debug, Message)]
-#[rtype(result = "Vec<String>")]
+#[rtype(result = "Vec<Capture>")]
 pub struct Export;
 
 impl Handler<Export> for GameActor {

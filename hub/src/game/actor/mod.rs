@@ -42,7 +42,7 @@ use super::types::{GameSummary, Listed, Verdict};
 use super::waiters::Outcome;
 use super::writer::{self, Draft, Posting};
 use super::HubError;
-use crate::inbox::{Record, StoredVerdict};
+use crate::inbox::{Capture, Record, StoredVerdict};
 use crate::rooms::{Cause, Publication, Views, Watchers};
 
 /// After this many consecutive failed hub writes the actor stops retrying until the next
@@ -76,8 +76,10 @@ pub struct GameActor {
     chain: GameChain,
     /// The shard position of the last record adjudicated.
     last_pos: u64,
-    /// The accepted chain, one JSON line per event, for export.
-    accepted: Vec<String>,
+    /// Where each accepted event of the chain is in the inbox, in chain order, for export.
+    /// Only the captures: the events themselves are read back from the inbox, so an open
+    /// game's memory does not grow with its length.
+    accepted: Vec<Capture>,
     /// Per seat: the choice the hub keeps for it (held, or committed and not yet revealed).
     choice: [Option<&'static str>; 2],
     /// Per seat: the choice is held, not yet committed.
@@ -179,8 +181,8 @@ impl GameActor {
     }
 
     /// Bookkeeping after an accepted event.
-    fn on_accepted(&mut self, event: &Event, hash: &str, seat: Option<Seat>) {
-        self.accepted.push(event.to_json());
+    fn on_accepted(&mut self, capture: Capture, event: &Event, hash: &str, seat: Option<Seat>) {
+        self.accepted.push(capture);
         self.write_failures = 0;
         if self.writing.as_deref() == Some(hash) {
             self.writing = None;
@@ -296,7 +298,7 @@ impl GameActor {
             .capture_to_verdict
             .observe(Duration::from_millis(age_ms).as_secs_f64());
         if let (ChainVerdict::Accepted { hash }, Some(event)) = (&verdict, &event) {
-            self.on_accepted(event, hash, record.seat);
+            self.on_accepted(record.capture, event, hash, record.seat);
         } else if hash.is_some() && hash == self.writing {
             // The referee refused a write of ours (a racing writer won): try again later.
             self.writing = None;
@@ -631,7 +633,7 @@ impl GameActor {
             if has_verdict {
                 self.last_pos = record.capture.pos;
                 if let (ChainVerdict::Accepted { hash }, _, Some(event)) = self.judge(&record) {
-                    self.on_accepted(&event, &hash, record.seat);
+                    self.on_accepted(record.capture, &event, &hash, record.seat);
                 }
             } else {
                 self.settle(&record);

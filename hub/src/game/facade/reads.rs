@@ -3,7 +3,7 @@
 //! of an id that does not exist starts no actor.
 
 use games::reason::Reason;
-use games::Viewer;
+use games::{Event, Viewer};
 use serde_json::Value;
 
 use super::Hub;
@@ -11,7 +11,7 @@ use crate::game::actor::{self, Export, Snapshot};
 use crate::game::state::{GameState, Phase};
 use crate::game::types::{CaptureItem, GameSummary, Listing, Verdict};
 use crate::game::HubError;
-use crate::inbox::{Capture, Record, StoredVerdict};
+use crate::inbox::{Capture, Record, StoreError, StoredVerdict};
 
 /// How long a capture lookup waits for a verdict it had to wake an actor for.
 const LOOKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -203,14 +203,29 @@ impl Hub {
             return Err(HubError::NotFound("no such game".into()));
         }
         self.catch_up(inbox, game).await?;
-        let lines = self.engine.ask(inbox, game, Export).await?;
-        let mut out = String::new();
-        for line in lines {
-            out.push_str(&line);
-            out.push('\n');
-        }
-        Ok(out)
+        let accepted = self.engine.ask(inbox, game, Export).await?;
+        let records = self.engine.inbox.game_records(inbox, game).await?;
+        export_lines(&accepted, &records).map_err(|e| HubError::from(StoreError::Corrupt(e)))
     }
+}
+
+/// The accepted events among a game's records (`accepted` lists their captures in chain
+/// order, a subsequence of the records' order), each as its canonical line with its
+/// signature. The actor keeps the captures only, so an export reads the events back and
+/// writes them again exactly as the actor's `Event::to_json` would have.
+fn export_lines(accepted: &[Capture], records: &[Record]) -> Result<String, String> {
+    let mut out = String::with_capacity(accepted.len() * 384);
+    let mut records = records.iter();
+    for capture in accepted {
+        let record = records
+            .find(|r| r.capture == *capture)
+            .ok_or_else(|| format!("accepted capture {capture} is not among the game's records"))?;
+        let event = Event::parse(&record.raw)
+            .map_err(|r| format!("accepted capture {capture} no longer parses: {r}"))?;
+        out.push_str(&event.to_json());
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 fn capture_item(record: Record, verdict: Option<StoredVerdict>) -> CaptureItem {

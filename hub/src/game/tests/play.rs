@@ -3,6 +3,54 @@
 use super::*;
 
 #[actix_rt::test]
+async fn an_export_reads_the_events_back_in_canonical_form() {
+    // Posted as pretty-printed JSON with a refusal between them: the export holds the
+    // accepted events only, each in the one line a writer would have appended.
+    let mut c = config();
+    c.actor_idle = Duration::from_millis(100);
+    let f = open(c).await;
+    let mut head = String::new();
+    let mut lines = Vec::new();
+    for (seq, seat, mv) in [
+        (0, Seat::X, None),
+        (1, Seat::X, rc(1, 1)),
+        (2, Seat::O, rc(0, 0)),
+    ] {
+        let ev = event("pretty", seq, &head, seat, mv);
+        let raw = serde_json::to_string_pretty(&ev.to_value()).expect("json");
+        if seq == 2 {
+            let early = event("pretty", 2, &head, Seat::X, rc(2, 2));
+            let raw = Bytes::from(serde_json::to_string_pretty(&early.to_value()).expect("json"));
+            let refused = f
+                .hub
+                .post_event(INBOX, early, raw, None)
+                .await
+                .expect("posted");
+            assert_eq!(refused.verdict, Verdict::Rejected);
+        }
+        let posted = f
+            .hub
+            .post_event(INBOX, ev.clone(), Bytes::from(raw), None)
+            .await
+            .expect("posted");
+        assert_eq!(posted.verdict, Verdict::Accepted, "seq {seq}");
+        head = posted.hash.expect("hash");
+        lines.push(ev.to_json());
+    }
+    let export = f.hub.export(INBOX, "pretty").await.expect("export");
+    assert_eq!(export, lines.join("\n") + "\n");
+    // The same after the actor left memory and rebuilt itself from the inbox.
+    for _ in 0..100 {
+        if f.hub.resident_actors() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.hub.resident_actors(), 0, "the idle actor stopped");
+    assert_eq!(f.hub.export(INBOX, "pretty").await.expect("export"), export);
+}
+
+#[actix_rt::test]
 async fn an_anonymous_game_plays_to_a_win_and_exports_a_verifiable_chain() {
     let f = open(config()).await;
     let start = post(&f, event("t1", 0, "", Seat::X, None), None)
