@@ -36,8 +36,8 @@ use crate::{
     ConnectionType, Error, Extensions, HttpMessage, OnConnectData, Request, Response, StatusCode,
 };
 
-const LW_BUFFER_SIZE: usize = 1024;
-const HW_BUFFER_SIZE: usize = 1024 * 2;
+const LW_BUFFER_SIZE: usize = 256;
+const HW_BUFFER_SIZE: usize = 1024;
 const MAX_PIPELINED_MESSAGES: usize = 16;
 
 /// Write buffer capacity at which we reallocate it after flushing.
