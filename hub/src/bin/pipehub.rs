@@ -36,14 +36,24 @@ enum Command {
 
 /// mimalloc's `arena_eager_commit` option (`mi_option_t` 4, `MIMALLOC_ARENA_EAGER_COMMIT`).
 const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+/// mimalloc's `purge_delay` option (`mi_option_t` 15, `MIMALLOC_PURGE_DELAY`), in ms.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Commits arena memory as it is used, not the whole arena up front: with eager commit,
-/// memory freed by one thread stays resident, and the hub held about 40 % more memory per
-/// open game for no throughput gain (both measured with loadgen, back to back). It must be
-/// set before the first allocation reserves an arena, so it runs as a constructor, before
-/// the Rust runtime allocates anything. `MIMALLOC_ARENA_EAGER_COMMIT` in the environment
-/// still decides when it is set.
-extern "C" fn lazy_arena_commit() {
+/// Two of mimalloc's options, for a server that holds many small, long-lived connections:
+///
+/// - Arena memory is committed as it is used, not the whole arena up front: with eager
+///   commit, memory freed by one thread stays resident, and the hub held about 40 % more
+///   memory per open game for no throughput gain.
+/// - Freed memory is returned to the system at once rather than a second later (mimalloc
+///   3's default): under load the moves in flight churn through memory that the delay
+///   kept resident, and the hub held about 5 % more at the end of a saturated run, for no
+///   throughput we could measure.
+///
+/// (Both measured with loadgen, back to back; docs/decisions.md, Performance.) They must be
+/// set before the first allocation reserves an arena, so this runs as a constructor, before
+/// the Rust runtime allocates anything. `MIMALLOC_ARENA_EAGER_COMMIT` and
+/// `MIMALLOC_PURGE_DELAY` in the environment still decide when they are set.
+extern "C" fn tune_allocator() {
     // Nothing here may allocate: an allocation would reserve the first arena.
     // SAFETY: getenv reads the environment without allocating (nothing else runs yet), and
     // mi_option_set sets one of mimalloc's documented options.
@@ -51,12 +61,15 @@ extern "C" fn lazy_arena_commit() {
         if libc::getenv(c"MIMALLOC_ARENA_EAGER_COMMIT".as_ptr()).is_null() {
             libmimalloc_sys::mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0);
         }
+        if libc::getenv(c"MIMALLOC_PURGE_DELAY".as_ptr()).is_null() {
+            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0);
+        }
     }
 }
 
 #[used]
 #[link_section = ".init_array"]
-static LAZY_ARENA_COMMIT: extern "C" fn() = lazy_arena_commit;
+static TUNE_ALLOCATOR: extern "C" fn() = tune_allocator;
 
 fn main() {
     let cli = Cli::parse();
