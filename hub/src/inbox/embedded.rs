@@ -200,13 +200,11 @@ fn replay(
 ) -> Result<(), StoreError> {
     match codec::decode(Bytes::copy_from_slice(payload))? {
         Entry::Event(record) => {
-            index
-                .push(record.capture, &record.inbox, &record.game, frame)
-                .map_err(StoreError::Corrupt)?;
+            index.push(record.capture, &record.inbox, &record.game, frame)?;
             *events += 1;
         }
         Entry::Verdict(capture, verdict) => {
-            index.set_verdict(capture, &verdict);
+            index.set_verdict(capture, &verdict)?;
         }
     }
     Ok(())
@@ -322,7 +320,7 @@ impl Inbox for EmbeddedInbox {
         if shard >= self.shared.shards {
             return Err(StoreError::NoShard(shard));
         }
-        let slots = self.shared.index.read().shard_range(shard, from, max);
+        let slots = self.shared.index.read().shard_range(shard, from, max)?;
         Ok(self
             .records(slots)?
             .into_iter()
@@ -343,7 +341,7 @@ impl Inbox for EmbeddedInbox {
             .shared
             .index
             .read()
-            .page(inbox, Some(game), None, usize::MAX);
+            .page(inbox, Some(game), None, usize::MAX)?;
         Ok(self
             .records(slots)?
             .into_iter()
@@ -365,10 +363,12 @@ impl Inbox for EmbeddedInbox {
         };
         let (slots, more) = {
             let index = self.shared.index.read();
-            if after.is_some_and(|c| index.slot(c).is_none()) {
-                return Err(StoreError::BadCursor);
+            if let Some(c) = after {
+                if index.slot(c)?.is_none() {
+                    return Err(StoreError::BadCursor);
+                }
             }
-            let mut slots = index.page(inbox, game, after, limit.saturating_add(1));
+            let mut slots = index.page(inbox, game, after, limit.saturating_add(1))?;
             let more = slots.len() > limit;
             slots.truncate(limit);
             (slots, more)
@@ -390,11 +390,11 @@ impl Inbox for EmbeddedInbox {
         before: Option<u64>,
         limit: usize,
     ) -> Result<Vec<GameEntry>, StoreError> {
-        Ok(self.shared.index.read().games(inbox, before, limit))
+        Ok(self.shared.index.read().games(inbox, before, limit)?)
     }
 
     async fn get(&self, inbox: &str, capture: Capture) -> Result<Option<Listed>, StoreError> {
-        let Some(slot) = self.shared.index.read().slot(capture) else {
+        let Some(slot) = self.shared.index.read().slot(capture)? else {
             return Ok(None);
         };
         let listed = self.record(capture, &slot)?;
@@ -406,7 +406,7 @@ impl Inbox for EmbeddedInbox {
         capture: Capture,
         verdict: StoredVerdict,
     ) -> Result<(), StoreError> {
-        if !self.shared.index.write().set_verdict(capture, &verdict) {
+        if !self.shared.index.write().set_verdict(capture, &verdict)? {
             return Err(StoreError::Corrupt(format!(
                 "a verdict for {capture}, which is not in the store"
             )));
@@ -419,7 +419,7 @@ impl Inbox for EmbeddedInbox {
             .shared
             .index
             .read()
-            .slot(capture)
+            .slot(capture)?
             .and_then(|s| s.verdict.as_ref().map(|v| v.unpack())))
     }
 

@@ -13,7 +13,10 @@
 //! newest [`HOT`] chunks in memory: older chunks, which are rarely read and almost never
 //! changed, are written to an unlinked file in the data directory and read back with one
 //! `pread` per record. The file is a cache of what the log holds, rebuilt at every open
-//! like the rest of the index, so it is never synced and needs no recovery.
+//! like the rest of the index, so it is never synced and needs no recovery. A failed
+//! spill read or write is an error the caller sees ([`IndexError::Spill`], a 503 at the
+//! HTTP edge), never an answer with a record missing; an event whose links cannot be
+//! written is not indexed at all, and the store stops taking writes until it is reopened.
 //!
 //! What it deliberately does not do: any locking, or any I/O but the spill file's. The
 //! embedded backend holds it behind one lock, and only the writer adds to it, after the
@@ -30,7 +33,28 @@ use games::Reason;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::log::FramePos;
-use super::{Capture, GameEntry, StoredVerdict};
+use super::{Capture, GameEntry, StoreError, StoredVerdict};
+
+/// Why the index cannot take an event or answer a question.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// An event that does not fit where it says it goes (a shard it does not have, a
+    /// position out of order, a position too large to pack).
+    #[error("{0}")]
+    OutOfStep(String),
+    /// The spill file failed: what it holds cannot be read or changed now.
+    #[error("the index's spill file: {0}")]
+    Spill(#[from] io::Error),
+}
+
+impl From<IndexError> for StoreError {
+    fn from(err: IndexError) -> Self {
+        match err {
+            IndexError::OutOfStep(what) => StoreError::Corrupt(what),
+            IndexError::Spill(e) => StoreError::Io(e),
+        }
+    }
+}
 
 /// A verdict stored compactly: an accepted hash as its 32 bytes, not 64 characters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,28 +231,17 @@ impl Spill {
         Ok(at)
     }
 
-    fn read<T: Record>(&self, at: u64) -> Option<T> {
+    fn read<T: Record>(&self, at: u64) -> io::Result<T> {
         let mut buf = [0u8; MAX_RECORD];
         let buf = &mut buf[..T::SIZE];
-        match self.file.read_exact_at(buf, at) {
-            Ok(()) => Some(T::take(buf)),
-            Err(e) => {
-                tracing::error!(error = %e, at, "cannot read the index's spill file");
-                None
-            }
-        }
+        self.file.read_exact_at(buf, at)?;
+        Ok(T::take(buf))
     }
 
-    fn write<T: Record>(&self, at: u64, value: &T) -> bool {
+    fn write<T: Record>(&self, at: u64, value: &T) -> io::Result<()> {
         let mut buf = Vec::with_capacity(T::SIZE);
         value.put(&mut buf);
-        match self.file.write_all_at(&buf, at) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(error = %e, at, "cannot write the index's spill file");
-                false
-            }
-        }
+        self.file.write_all_at(&buf, at)
     }
 }
 
@@ -291,33 +304,34 @@ impl<T: Record> Chunked<T> {
         Some(at + ((i % CHUNK) * T::SIZE) as u64)
     }
 
-    fn fetch(&self, i: usize, spill: Option<&Spill>) -> Option<T> {
-        match self.spilled_at(i) {
-            Some(at) if i < self.len => spill?.read(at),
-            Some(_) => None,
-            None => self.get(i).copied(),
+    /// Element `i`, or `None` when there is none; an error when its chunk was spilled
+    /// and cannot be read back.
+    fn fetch(&self, i: usize, spill: Option<&Spill>) -> io::Result<Option<T>> {
+        match (self.spilled_at(i), spill) {
+            (Some(at), Some(spill)) if i < self.len => spill.read(at).map(Some),
+            (Some(_), _) => Ok(None),
+            (None, _) => Ok(self.get(i).copied()),
         }
     }
 
-    /// Changes element `i` in place; false when it does not exist or cannot be rewritten.
-    fn update(&mut self, i: usize, spill: Option<&Spill>, change: impl FnOnce(&mut T)) -> bool {
-        match self.spilled_at(i) {
-            Some(at) if i < self.len => {
-                let Some(spill) = spill else { return false };
-                let Some(mut value) = spill.read::<T>(at) else {
-                    return false;
-                };
+    /// Changes element `i` in place; false when it does not exist. An error when its
+    /// chunk was spilled and cannot be read or rewritten: the element is then unchanged
+    /// or, if the write went partly through, unknown until the index is rebuilt.
+    fn update(
+        &mut self,
+        i: usize,
+        spill: Option<&Spill>,
+        change: impl FnOnce(&mut T),
+    ) -> io::Result<bool> {
+        match (self.spilled_at(i), spill) {
+            (Some(at), Some(spill)) if i < self.len => {
+                let mut value = spill.read::<T>(at)?;
                 change(&mut value);
-                spill.write(at, &value)
+                spill.write(at, &value)?;
+                Ok(true)
             }
-            Some(_) => false,
-            None => match self.get_mut(i) {
-                Some(value) => {
-                    change(value);
-                    true
-                }
-                None => false,
-            },
+            (Some(_), _) => Ok(false),
+            (None, _) => Ok(self.get_mut(i).map(change).is_some()),
         }
     }
 
@@ -414,17 +428,26 @@ impl InboxIndex {
         self.games.get(*place as usize)
     }
 
-    /// The captures of one game, in inbox order, from its first.
+    /// The captures of one game, in inbox order, from its first; an error ends it.
     fn chain<'a>(
         &'a self,
         game: &GameRec,
         spill: Option<&'a Spill>,
-    ) -> impl Iterator<Item = Capture> + 'a {
-        let mut next = game.first;
+    ) -> impl Iterator<Item = io::Result<Capture>> + 'a {
+        let mut next = Some(game.first);
         std::iter::from_fn(move || {
-            let link = self.all.fetch(usize::try_from(next).ok()?, spill)?;
-            next = link.next;
-            Some(link.capture.unpack())
+            let place = usize::try_from(next?).ok()?;
+            match self.all.fetch(place, spill) {
+                Ok(Some(link)) => {
+                    next = Some(link.next);
+                    Some(Ok(link.capture.unpack()))
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    next = None;
+                    Some(Err(e))
+                }
+            }
         })
     }
 }
@@ -470,31 +493,55 @@ impl Index {
             .map_or(0, |s| s.len() as u64)
     }
 
-    /// Adds one durable event. Its position must be the shard's next one.
+    /// Adds one durable event. Its position must be the shard's next one. On an error
+    /// nothing was added.
     pub fn push(
         &mut self,
         capture: Capture,
         inbox: &str,
         game: &str,
         frame: FramePos,
-    ) -> Result<(), String> {
+    ) -> Result<(), IndexError> {
         let next = self.high_water(capture.shard) + 1;
         let Some(shard) = self.shards.get_mut(capture.shard as usize) else {
-            return Err(format!(
+            return Err(IndexError::OutOfStep(format!(
                 "event {capture} names a shard this store does not have"
-            ));
+            )));
         };
         if capture.pos != next {
-            return Err(format!(
+            return Err(IndexError::OutOfStep(format!(
                 "event {capture} out of order (expected position {next})"
-            ));
+            )));
         }
         let (Some(packed), Ok(offset)) = (Packed::pack(capture), u32::try_from(frame.offset))
         else {
-            return Err(format!(
+            return Err(IndexError::OutOfStep(format!(
                 "event {capture} lies beyond what the index can hold"
-            ));
+            )));
         };
+        let hasher = &self.hasher;
+        let entry = self.inboxes.entry_ref(inbox);
+        let place = entry.all.len() as u64;
+        let hash = hasher.hash_one(game);
+        let games = &entry.games;
+        let found = entry
+            .by_id
+            .find(hash, |&g| {
+                games.get(g as usize).is_some_and(|r| &*r.id == game)
+            })
+            .copied();
+        // What can fail comes first: linking the game's last capture to this one, which
+        // may lie in the spill file.
+        if let Some(g) = found {
+            let Some(last) = entry.games.get(g as usize).map(|rec| rec.last) else {
+                return Err(IndexError::OutOfStep(format!(
+                    "game {game} of event {capture} lost its place"
+                )));
+            };
+            entry
+                .all
+                .update(last as usize, self.spill.as_ref(), |link| link.next = place)?;
+        }
         shard.push_spilling(
             Stored {
                 hash: [0; 32],
@@ -508,9 +555,6 @@ impl Index {
             self.spill.as_mut(),
         );
         self.next_order += 1;
-        let hasher = &self.hasher;
-        let entry = self.inboxes.entry_ref(inbox);
-        let place = entry.all.len() as u64;
         entry.all.push_spilling(
             Link {
                 capture: packed,
@@ -518,22 +562,10 @@ impl Index {
             },
             self.spill.as_mut(),
         );
-        let hash = hasher.hash_one(game);
-        let games = &entry.games;
-        let found = entry.by_id.find(hash, |&g| {
-            games.get(g as usize).is_some_and(|r| &*r.id == game)
-        });
-        match found.copied() {
-            Some(g) => {
-                let Some(rec) = entry.games.get_mut(g as usize) else {
-                    return Err(format!("game {game} of event {capture} lost its place"));
-                };
-                let last = rec.last;
+        match found.and_then(|g| entry.games.get_mut(g as usize)) {
+            Some(rec) => {
                 rec.last = place;
                 rec.captures += 1;
-                entry
-                    .all
-                    .update(last as usize, self.spill.as_ref(), |link| link.next = place);
             }
             None => {
                 let g = entry.games.len() as u64;
@@ -552,16 +584,20 @@ impl Index {
         Ok(())
     }
 
-    fn stored(&self, capture: Capture) -> Option<Stored> {
-        let index = usize::try_from(capture.pos.checked_sub(1)?).ok()?;
-        self.shards
-            .get(capture.shard as usize)?
-            .fetch(index, self.spill.as_ref())
+    fn stored(&self, capture: Capture) -> io::Result<Option<Stored>> {
+        let index = capture.pos.checked_sub(1).map(usize::try_from);
+        match (index, self.shards.get(capture.shard as usize)) {
+            (Some(Ok(index)), Some(shard)) => shard.fetch(index, self.spill.as_ref()),
+            _ => Ok(None),
+        }
     }
 
-    /// The slot of one capture, with its verdict.
-    pub fn slot(&self, capture: Capture) -> Option<Slot> {
-        let stored = self.stored(capture)?;
+    /// The slot of one capture, with its verdict; `None` when the store has no such
+    /// capture.
+    pub fn slot(&self, capture: Capture) -> io::Result<Option<Slot>> {
+        let Some(stored) = self.stored(capture)? else {
+            return Ok(None);
+        };
         let extra = || self.extras.get(&capture).cloned();
         let verdict = match stored.tag {
             ACCEPTED => Some(Compact::Accepted(stored.hash)),
@@ -573,27 +609,27 @@ impl Index {
             SKIPPED => Some(Compact::Skipped),
             _ => None,
         };
-        Some(Slot {
+        Ok(Some(Slot {
             frame: FramePos {
                 segment: stored.segment,
                 offset: u64::from(stored.offset),
                 len: stored.len,
             },
             verdict,
-        })
+        }))
     }
 
     /// Records a verdict; false when the capture does not exist.
-    pub fn set_verdict(&mut self, capture: Capture, verdict: &StoredVerdict) -> bool {
+    pub fn set_verdict(&mut self, capture: Capture, verdict: &StoredVerdict) -> io::Result<bool> {
         let Some(index) = capture
             .pos
             .checked_sub(1)
             .and_then(|i| usize::try_from(i).ok())
         else {
-            return false;
+            return Ok(false);
         };
         let Some(shard) = self.shards.get_mut(capture.shard as usize) else {
-            return false;
+            return Ok(false);
         };
         // What the slot takes: its tag, and an accepted hash or a rejection's reason.
         let (tag, hash, reason, extra) = match Compact::pack(verdict) {
@@ -613,21 +649,26 @@ impl Index {
             if let Some(reason) = reason {
                 stored.reason = reason;
             }
-        });
+        })?;
         if !changed {
-            return false;
+            return Ok(false);
         }
         match extra {
             Some(text) => self.extras.insert(capture, text),
             None => self.extras.remove(&capture),
         };
-        true
+        Ok(true)
     }
 
     /// Slots of `shard` from position `from` (inclusive), at most `max`.
-    pub fn shard_range(&self, shard: u32, from: u64, max: usize) -> Vec<(Capture, Slot)> {
+    pub fn shard_range(
+        &self,
+        shard: u32,
+        from: u64,
+        max: usize,
+    ) -> io::Result<Vec<(Capture, Slot)>> {
         let Some(slots) = self.shards.get(shard as usize) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let start = usize::try_from(from.max(1) - 1)
             .unwrap_or(usize::MAX)
@@ -639,7 +680,7 @@ impl Index {
                     shard,
                     pos: i as u64 + 1,
                 };
-                Some((capture, self.slot(capture)?))
+                self.slot(capture).transpose().map(|s| Ok((capture, s?)))
             })
             .collect()
     }
@@ -659,73 +700,94 @@ impl Index {
         game: Option<&str>,
         after: Option<Capture>,
         limit: usize,
-    ) -> Vec<(Capture, Slot)> {
+    ) -> io::Result<Vec<(Capture, Slot)>> {
         let Some(entry) = self.inboxes.get(inbox) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        let cursor = after.and_then(|c| self.stored(c)).map(|s| s.order);
-        let later = |c: &Capture| match cursor {
-            Some(cursor) => self.stored(*c).is_some_and(|s| s.order > cursor),
-            None => true,
+        let spill = self.spill.as_ref();
+        let cursor = match after {
+            Some(c) => self.stored(c)?.map(|s| s.order),
+            None => None,
         };
-        let with_slots = |c: Capture| self.slot(c).map(|s| (c, s));
+        let later = |c: Capture| -> io::Result<bool> {
+            Ok(match cursor {
+                Some(cursor) => self.stored(c)?.is_some_and(|s| s.order > cursor),
+                None => true,
+            })
+        };
+        let with_slot = |c: Capture| -> io::Result<Option<(Capture, Slot)>> {
+            Ok(self.slot(c)?.map(|s| (c, s)))
+        };
+        let mut out = Vec::new();
         match game {
             // A game's captures are few: its chain is walked past the cursor (which may
             // come from a listing of another game).
-            Some(game) => match entry.game(&self.hasher, game) {
-                Some(rec) => entry
-                    .chain(rec, self.spill.as_ref())
-                    .skip_while(|c| !later(c))
-                    .take(limit)
-                    .filter_map(with_slots)
-                    .collect(),
-                None => Vec::new(),
-            },
+            Some(game) => {
+                let Some(rec) = entry.game(&self.hasher, game) else {
+                    return Ok(Vec::new());
+                };
+                let mut past = false;
+                for c in entry.chain(rec, spill) {
+                    if out.len() >= limit {
+                        break;
+                    }
+                    let c = c?;
+                    past = past || later(c)?;
+                    if past {
+                        out.extend(with_slot(c)?);
+                    }
+                }
+            }
             // Orders grow along the inbox's list, so the first capture past the cursor
             // is found by bisection.
             None => {
                 let (mut low, mut high) = (0, entry.all.len());
                 while low < high {
                     let mid = low + (high - low) / 2;
-                    match entry.all.fetch(mid, self.spill.as_ref()) {
-                        Some(link) if !later(&link.capture.unpack()) => low = mid + 1,
+                    match entry.all.fetch(mid, spill)? {
+                        Some(link) if !later(link.capture.unpack())? => low = mid + 1,
                         _ => high = mid,
                     }
                 }
-                (low..entry.all.len())
-                    .take(limit)
-                    .filter_map(|i| entry.all.fetch(i, self.spill.as_ref()))
-                    .filter_map(|link| with_slots(link.capture.unpack()))
-                    .collect()
+                for i in (low..entry.all.len()).take(limit) {
+                    if let Some(link) = entry.all.fetch(i, spill)? {
+                        out.extend(with_slot(link.capture.unpack())?);
+                    }
+                }
             }
         }
+        Ok(out)
     }
 
     /// The games of an inbox, newest first; with `before`, those listed before that
     /// place in the inbox's list.
-    pub fn games(&self, inbox: &str, before: Option<u64>, limit: usize) -> Vec<GameEntry> {
+    pub fn games(
+        &self,
+        inbox: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> io::Result<Vec<GameEntry>> {
         let Some(entry) = self.inboxes.get(inbox) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let count = entry.games.len() as u64;
         let end = before.map_or(count, |b| b.min(count));
-        (0..end)
-            .rev()
-            .take(limit)
-            .filter_map(|order| {
-                let rec = entry.games.get(order as usize)?;
-                Some(GameEntry {
-                    game: rec.id.to_string(),
-                    order,
-                    first: entry
-                        .all
-                        .fetch(rec.first as usize, self.spill.as_ref())?
-                        .capture
-                        .unpack(),
-                    captures: rec.captures,
-                })
-            })
-            .collect()
+        let mut out = Vec::new();
+        for order in (0..end).rev().take(limit) {
+            let Some(rec) = entry.games.get(order as usize) else {
+                continue;
+            };
+            let Some(first) = entry.all.fetch(rec.first as usize, self.spill.as_ref())? else {
+                continue;
+            };
+            out.push(GameEntry {
+                game: rec.id.to_string(),
+                order,
+                first: first.capture.unpack(),
+                captures: rec.captures,
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -762,6 +824,94 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let spill = Spill::create(dir.path()).expect("a spill file");
         (Index::spilling(shards, spill), dir)
+    }
+
+    /// The index's spill file opened again, read-only or write-only: swapped in for the
+    /// real one, it fails every write or every read as a failing disk would.
+    fn reopened_spill(index: &Index, write: bool) -> File {
+        use std::os::fd::AsRawFd;
+        let fd = index.spill.as_ref().expect("spilling").file.as_raw_fd();
+        OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .open(format!("/proc/self/fd/{fd}"))
+            .expect("the spill file opened again")
+    }
+
+    /// Game "old" at position 1, then enough of other games that its chunk is spilled.
+    fn index_with_an_old_game() -> (Index, tempfile::TempDir, u64) {
+        let (mut index, dir) = spilling(1);
+        let events = 3 * CHUNK as u64;
+        for pos in 1..=events {
+            let game = if pos == 1 {
+                "old".to_string()
+            } else {
+                format!("g{}", pos / 4)
+            };
+            let capture = Capture { shard: 0, pos };
+            index.push(capture, "box", &game, frame(pos)).expect("push");
+        }
+        assert!(
+            !index.shards[0].spilled.is_empty(),
+            "the first chunk is spilled"
+        );
+        (index, dir, events)
+    }
+
+    #[test]
+    fn an_event_whose_link_cannot_be_written_is_not_indexed() {
+        let (mut index, _dir, events) = index_with_an_old_game();
+        let read_only = reopened_spill(&index, false);
+        let writable =
+            std::mem::replace(&mut index.spill.as_mut().expect("spilling").file, read_only);
+        let next = Capture {
+            shard: 0,
+            pos: events + 1,
+        };
+        let refused = index.push(next, "box", "old", frame(events + 1));
+        assert!(matches!(refused, Err(IndexError::Spill(_))), "{refused:?}");
+        // Nothing of it was taken: not its slot, not its link, not its game's count.
+        assert_eq!(index.high_water(0), events);
+        assert_eq!(index.count("box", "old"), 1);
+        let all = index
+            .page("box", None, None, usize::MAX)
+            .expect("index readable");
+        assert_eq!(all.len() as u64, events);
+        // Once the file works again, the same event goes in whole.
+        index.spill.as_mut().expect("spilling").file = writable;
+        index
+            .push(next, "box", "old", frame(events + 1))
+            .expect("push");
+        let old: Vec<u64> = index
+            .page("box", Some("old"), None, usize::MAX)
+            .expect("index readable")
+            .into_iter()
+            .map(|(c, _)| c.pos)
+            .collect();
+        assert_eq!(old, vec![1, events + 1]);
+    }
+
+    #[test]
+    fn a_spill_file_that_cannot_be_read_is_an_error_not_a_missing_record() {
+        let (mut index, _dir, events) = index_with_an_old_game();
+        let write_only = reopened_spill(&index, true);
+        index.spill.as_mut().expect("spilling").file = write_only;
+        let old = Capture { shard: 0, pos: 1 };
+        assert!(index.slot(old).is_err());
+        assert!(index.set_verdict(old, &StoredVerdict::Skipped).is_err());
+        assert!(index.page("box", Some("old"), None, 10).is_err());
+        assert!(index.page("box", None, None, 10).is_err());
+        assert!(index.page("box", None, Some(old), 10).is_err());
+        assert!(index.shard_range(0, 1, 10).is_err());
+        assert!(index.games("box", None, usize::MAX).is_err());
+        // What is still in memory answers as before.
+        let recent = Capture {
+            shard: 0,
+            pos: events,
+        };
+        let slot = index.slot(recent).expect("a recent slot needs no read");
+        assert_eq!(slot.map(|s| s.frame.offset), Some(events * 100));
+        assert_eq!(index.shard_range(0, events, 10).expect("recent").len(), 1);
     }
 
     #[test]
@@ -828,13 +978,14 @@ mod tests {
             },
         ];
         for verdict in verdicts {
-            assert!(index.set_verdict(old, &verdict));
-            let slot = index.slot(old).expect("slot");
+            assert!(index.set_verdict(old, &verdict).expect("index readable"));
+            let slot = index.slot(old).expect("index readable").expect("slot");
             assert_eq!(slot.verdict.map(|v| v.unpack()), Some(verdict));
             assert_eq!(slot.frame.offset, 100);
         }
         let long: Vec<u64> = index
             .page("box", Some("long"), None, usize::MAX)
+            .expect("index readable")
             .into_iter()
             .map(|(c, _)| c.pos)
             .collect();
@@ -843,11 +994,13 @@ mod tests {
             .map(|i| i as u64 + 1)
             .collect();
         assert_eq!(long, want);
-        let all = index.page("box", None, Some(Capture { shard: 0, pos: 5 }), 7);
+        let all = index
+            .page("box", None, Some(Capture { shard: 0, pos: 5 }), 7)
+            .expect("index readable");
         let positions: Vec<u64> = all.iter().map(|(c, _)| c.pos).collect();
         assert_eq!(positions, (6..13).collect::<Vec<u64>>());
         assert_eq!(
-            index.games("box", Some(1), 1)[0].first,
+            index.games("box", Some(1), 1).expect("index readable")[0].first,
             Capture { shard: 0, pos: 1 }
         );
     }
@@ -871,12 +1024,14 @@ mod tests {
         }
         let all: Vec<Capture> = index
             .page("box", None, None, 10)
+            .expect("index readable")
             .into_iter()
             .map(|(c, _)| c)
             .collect();
         assert_eq!(all, caps);
         let after_second: Vec<Capture> = index
             .page("box", None, Some(caps[1]), 2)
+            .expect("index readable")
             .into_iter()
             .map(|(c, _)| c)
             .collect();
@@ -884,12 +1039,16 @@ mod tests {
         // A cursor taken from the whole inbox also works on one game's listing.
         let game_a: Vec<Capture> = index
             .page("box", Some("a"), Some(caps[1]), 10)
+            .expect("index readable")
             .into_iter()
             .map(|(c, _)| c)
             .collect();
         assert_eq!(game_a, vec![caps[2], caps[3]]);
-        assert!(index.page("other", None, None, 10).is_empty());
-        let games = index.games("box", None, 10);
+        assert!(index
+            .page("other", None, None, 10)
+            .expect("index readable")
+            .is_empty());
+        let games = index.games("box", None, 10).expect("index readable");
         assert_eq!(
             games.iter().map(|g| g.game.as_str()).collect::<Vec<_>>(),
             vec!["b", "a"]
@@ -897,13 +1056,21 @@ mod tests {
         assert_eq!((games[1].first, games[1].captures), (caps[0], 3));
         assert_eq!((games[0].order, games[1].order), (1, 0));
         // The next page starts below the last place listed.
-        let older = index.games("box", Some(games[0].order), 10);
+        let older = index
+            .games("box", Some(games[0].order), 10)
+            .expect("index readable");
         assert_eq!(
             older.iter().map(|g| g.game.as_str()).collect::<Vec<_>>(),
             vec!["a"]
         );
-        assert!(index.games("box", Some(0), 10).is_empty());
-        assert_eq!(index.games("box", Some(99), 1)[0].game, "b");
+        assert!(index
+            .games("box", Some(0), 10)
+            .expect("index readable")
+            .is_empty());
+        assert_eq!(
+            index.games("box", Some(99), 1).expect("index readable")[0].game,
+            "b"
+        );
     }
 
     #[test]
@@ -932,6 +1099,7 @@ mod tests {
         let listed = |game: Option<&str>, after: Option<Capture>| -> Vec<Capture> {
             index
                 .page("box", game, after, usize::MAX)
+                .expect("index readable")
                 .into_iter()
                 .map(|(c, _)| c)
                 .collect()
@@ -953,7 +1121,9 @@ mod tests {
                 .collect();
             assert_eq!(listed(Some(game), Some(middle)), expected);
         }
-        let games = index.games("box", None, usize::MAX);
+        let games = index
+            .games("box", None, usize::MAX)
+            .expect("index readable");
         assert_eq!(games.len(), by_game.len());
         for entry in &games {
             assert_eq!(entry.first, by_game[&entry.game][0]);
@@ -961,7 +1131,9 @@ mod tests {
         }
         assert_eq!(index.count("box", "nope"), 0);
         assert_eq!(index.high_water(1), next[1] - 1);
-        let last = index.shard_range(0, next[0] - 1, 10);
+        let last = index
+            .shard_range(0, next[0] - 1, 10)
+            .expect("index readable");
         assert_eq!(last.len(), 1);
         assert_eq!(last[0].1.frame.offset, (events as u64 - 1) * 100);
     }
@@ -971,7 +1143,12 @@ mod tests {
         let mut index = Index::new(1);
         let capture = Capture { shard: 0, pos: 1 };
         index.push(capture, "i", "g", frame(0)).expect("push");
-        assert!(index.slot(capture).expect("slot").verdict.is_none());
+        assert!(index
+            .slot(capture)
+            .expect("index readable")
+            .expect("slot")
+            .verdict
+            .is_none());
         let verdicts = [
             StoredVerdict::Rejected {
                 reason: Reason::BadSignature,
@@ -990,16 +1167,23 @@ mod tests {
             StoredVerdict::Skipped,
         ];
         for verdict in verdicts {
-            assert!(index.set_verdict(capture, &verdict));
+            assert!(index
+                .set_verdict(capture, &verdict)
+                .expect("index readable"));
             let kept = index
                 .slot(capture)
+                .expect("index readable")
                 .and_then(|s| s.verdict)
                 .map(|v| v.unpack());
             assert_eq!(kept, Some(verdict));
         }
         assert!(index.extras.is_empty());
-        assert!(!index.set_verdict(Capture { shard: 0, pos: 2 }, &StoredVerdict::Skipped));
-        assert!(!index.set_verdict(Capture { shard: 0, pos: 0 }, &StoredVerdict::Skipped));
+        assert!(!index
+            .set_verdict(Capture { shard: 0, pos: 2 }, &StoredVerdict::Skipped)
+            .expect("index readable"));
+        assert!(!index
+            .set_verdict(Capture { shard: 0, pos: 0 }, &StoredVerdict::Skipped)
+            .expect("index readable"));
     }
 
     /// What the index must answer, kept the plain way: every event in append order.
@@ -1068,17 +1252,17 @@ mod tests {
                     } else {
                         StoredVerdict::Rejected { reason: Reason::BadSeq, detail: Some(format!("event {i}")) }
                     };
-                    proptest::prop_assert!(index.set_verdict(capture, &verdict));
+                    proptest::prop_assert!(index.set_verdict(capture, &verdict).expect("index readable"));
                 }
                 model.events.push((capture, inbox, game));
             }
             for (i, (capture, _, _)) in model.events.iter().enumerate() {
-                let slot = index.slot(*capture).expect("every event has a slot");
+                let slot = index.slot(*capture).expect("index readable").expect("every event has a slot");
                 proptest::prop_assert_eq!(slot.frame.offset, i as u64 * 100);
                 proptest::prop_assert_eq!(slot.verdict.is_some(), i % 3 == 0);
             }
             let listed = |inbox: &str, game: Option<&str>, after: Option<Capture>, limit: usize| -> Vec<Capture> {
-                index.page(inbox, game, after, limit).into_iter().map(|(c, _)| c).collect()
+                index.page(inbox, game, after, limit).expect("index readable").into_iter().map(|(c, _)| c).collect()
             };
             for &(pick, inbox, game, limit) in &probes {
                 let (inbox, game) = (format!("box{inbox}"), format!("game-{game}"));
@@ -1095,7 +1279,7 @@ mod tests {
                 proptest::prop_assert_eq!(index.count(&inbox, &game), count);
                 let before = (pick % (expected.len() + 2)) as u64;
                 let got: Vec<(String, Capture, u64, u64)> = index
-                    .games(&inbox, Some(before), limit)
+                    .games(&inbox, Some(before), limit).expect("index readable")
                     .into_iter()
                     .map(|e| (e.game, e.first, e.captures, e.order))
                     .collect();
@@ -1116,8 +1300,8 @@ mod tests {
                 }
                 let capture = model.events[pick % model.events.len()].0;
                 let verdict = StoredVerdict::Accepted { hash: format!("{game:064x}") };
-                proptest::prop_assert!(index.set_verdict(capture, &verdict));
-                let slot = index.slot(capture).expect("slot");
+                proptest::prop_assert!(index.set_verdict(capture, &verdict).expect("index readable"));
+                let slot = index.slot(capture).expect("index readable").expect("slot");
                 proptest::prop_assert_eq!(slot.verdict.map(|v| v.unpack()), Some(verdict));
             }
         }

@@ -215,6 +215,9 @@ impl Writer {
     ) {
         let offsets = log::frames_in(buf);
         let mut touched = vec![false; self.shared.shards as usize];
+        // How many of the batch's events the index took: all of them, or those before
+        // the first it could not take.
+        let mut indexed = 0;
         {
             let mut index = self.shared.index.write();
             for p in &pending {
@@ -225,11 +228,15 @@ impl Writer {
                     len,
                 };
                 if let Err(e) = index.push(p.capture, &p.inbox, &p.game, frame) {
-                    // Positions are assigned from the index by this thread alone, so this
-                    // cannot happen; if it did, answering would break the no-gap promise.
-                    tracing::error!(error = %e, "inbox index out of step; the store stops taking writes");
+                    // Positions are assigned from the index by this thread alone, so only
+                    // the spill file can fail here. The event and the rest of the batch
+                    // are durable but not indexed, so they are not answered as appended
+                    // (reopening the store indexes them).
+                    tracing::error!(error = %e, "inbox index cannot take an event; the store stops taking writes");
                     self.shared.failed.store(true, Ordering::Release);
+                    break;
                 }
+                indexed += 1;
                 touched[p.capture.shard as usize] = true;
             }
         }
@@ -250,14 +257,14 @@ impl Writer {
             }
         }
         drop(index);
-        let failed = self.shared.failed.load(Ordering::Acquire);
-        for p in pending {
-            let _ = p.reply.send(if failed {
-                Err(unavailable())
-            } else {
+        for (i, p) in pending.into_iter().enumerate() {
+            let _ = p.reply.send(if i < indexed {
                 Ok(p.capture)
+            } else {
+                Err(unavailable())
             });
         }
+        // What was written is durable, whether or not the index took it.
         for reply in syncs {
             let _ = reply.send(Ok(()));
         }
