@@ -163,6 +163,11 @@ async fn a_refused_move_gets_game_refused_then_the_true_board() {
         .send(json!({"t": "game.move", "move": {"row": 2, "col": 2}, "ref": "w"}))
         .await;
     assert_eq!(watcher.until("error", None).await["error"], "forbidden");
+    // A frame near the limit, several times the connection's 1 KiB read buffer, is read
+    // whole and answered.
+    x.send_text(format!(r#"{{"t":"game.board"{}}}"#, " ".repeat(4000)))
+        .await;
+    assert_eq!(x.recv().await["seq"], 2);
     x.send_text(format!(
         r#"{{"t":"game.board","pad":"{}"}}"#,
         "x".repeat(5000)

@@ -114,8 +114,10 @@ impl Ws {
 
     /// The next JSON message, or `None` when the hub closed the socket.
     pub async fn next(&mut self) -> Option<Value> {
+        // One deadline for the call: pings and pongs do not extend it.
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let frame = tokio::time::timeout(WAIT, self.socket.next())
+            let frame = tokio::time::timeout_at(deadline, self.socket.next())
                 .await
                 .expect("a message within the wait");
             match frame {
@@ -135,13 +137,19 @@ impl Ws {
     }
 
     /// Skips messages until one with type `t` (and, if given, `seq`) arrives.
+    /// Other messages do not extend the wait.
     pub async fn until(&mut self, t: &str, seq: Option<u64>) -> Value {
-        loop {
-            let m = self.recv().await;
-            if m["t"] == t && seq.is_none_or(|s| m["seq"] == s) {
-                return m;
+        let wanted = async {
+            loop {
+                let m = self.recv().await;
+                if m["t"] == t && seq.is_none_or(|s| m["seq"] == s) {
+                    return m;
+                }
             }
-        }
+        };
+        tokio::time::timeout(WAIT, wanted)
+            .await
+            .unwrap_or_else(|_| panic!("no {t} (seq {seq:?}) within the wait"))
     }
 
     /// `hello` with a token (or none); returns `hello.ok` and the state that follows it.
