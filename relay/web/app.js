@@ -33,6 +33,7 @@
     retryTimer: null,
     refCounter: 0,
     boardKey: '',
+    checked: null, // {game, seq}: the board the last chain check was made on
   };
 
   // ---------- small helpers ----------
@@ -663,6 +664,115 @@
     link.hidden = !started;
     link.href = gamePath(s.inbox, s.game) + '/export';
     link.setAttribute('download', s.game + '.jsonl');
+    $('check-chain').hidden = !started;
+    // A check speaks of the board it was made on: a new move or another game clears it.
+    if (S.checked && (S.checked.game !== s.game || !t || S.checked.seq !== t.seq)) {
+      S.checked = null;
+      setText($('chain-check'), '');
+      delete $('chain-check').dataset.ok;
+    }
+  }
+
+  // ---------- checking the chain in this browser ----------
+
+  // RFC 8785 (JCS) for what events hold: objects, arrays, strings, integers, booleans.
+  // Keys sort by UTF-16 code units, as JavaScript sorts strings, and JSON.stringify writes
+  // strings and integers as RFC 8785 does (it is defined by them).
+  function canonical(v) {
+    if (Array.isArray(v)) return '[' + v.map(canonical).join(',') + ']';
+    if (v && typeof v === 'object') {
+      return '{' + Object.keys(v).sort().map((k) => JSON.stringify(k) + ':' + canonical(v[k])).join(',') + '}';
+    }
+    return JSON.stringify(v);
+  }
+
+  function toHex(buffer) {
+    return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, '0')).join('');
+  }
+
+  function fromHex(text) {
+    const out = new Uint8Array(text.length / 2);
+    for (let i = 0; i < out.length; i++) out[i] = parseInt(text.substr(2 * i, 2), 16);
+    return out;
+  }
+
+  // The game's exported log, checked link by link with the browser's own SHA-256: each
+  // event's seq and prevHash and, in a signed game, its Ed25519 signature under its
+  // player's key from the start. The rules are not checked here (the hub referees them;
+  // `pipehub verify` checks everything). Returns every event's hash, whether the game is
+  // signed and whether this browser could check signatures, or throws with what is wrong.
+  async function checkChain(inbox, game) {
+    if (!window.crypto || !crypto.subtle) {
+      throw new Error('this page is not in a secure context (HTTPS or localhost), so the browser offers no SHA-256');
+    }
+    const res = await fetch(gamePath(inbox, game) + '/export', { cache: 'no-store' });
+    if (!res.ok) throw new Error('the hub answered HTTP ' + res.status);
+    const lines = (await res.text()).split('\n').filter((line) => line.trim() !== '');
+    const hashes = [];
+    let keys = null;
+    let noEd25519 = false;
+    for (let i = 0; i < lines.length; i++) {
+      let e;
+      try {
+        e = JSON.parse(lines[i]);
+      } catch (err) {
+        throw new Error('line ' + (i + 1) + ' of the log is not JSON');
+      }
+      if (e.seq !== i) throw new Error('line ' + (i + 1) + ' of the log has seq ' + e.seq + ', not ' + i);
+      if (e.prevHash !== (i === 0 ? '' : hashes[i - 1])) {
+        throw new Error('seq ' + i + ' does not link to the event before it');
+      }
+      const sig = e.sig;
+      delete e.sig;
+      const bytes = new TextEncoder().encode(canonical(e));
+      hashes.push(toHex(await crypto.subtle.digest('SHA-256', bytes)));
+      if (i === 0 && e.rules && e.rules.keys) keys = e.rules.keys;
+      if (!keys || noEd25519) continue;
+      if (typeof sig !== 'string' || typeof keys[e.player] !== 'string') throw new Error('seq ' + i + ' is not signed');
+      let key;
+      try {
+        key = await crypto.subtle.importKey('raw', fromHex(keys[e.player]), { name: 'Ed25519' }, false, ['verify']);
+      } catch (err) {
+        if (err && err.name === 'NotSupportedError') {
+          noEd25519 = true;
+          continue;
+        }
+        throw new Error('the start carries a key this browser cannot read');
+      }
+      if (!(await crypto.subtle.verify({ name: 'Ed25519' }, key, fromHex(sig), bytes))) {
+        throw new Error('seq ' + i + ' has a bad signature');
+      }
+    }
+    return { hashes, signed: Boolean(keys), noEd25519 };
+  }
+
+  async function onCheckChain() {
+    const s = S.session;
+    const t = S.truth;
+    if (!s || !t || t.seq === null || t.seq === undefined) return;
+    const out = $('chain-check');
+    const checked = { game: s.game, seq: t.seq };
+    S.checked = checked;
+    delete out.dataset.ok;
+    setText(out, 'Checking…');
+    let text;
+    let ok = false;
+    try {
+      const got = await checkChain(s.inbox, s.game);
+      if (got.hashes[t.seq] !== t.head) {
+        throw new Error('the head the hub shows for seq ' + t.seq + ' is not the hash of its log');
+      }
+      text = 'Checked in this browser: ' + (t.seq + 1) + (t.seq === 0 ? ' event links' : ' events link') + ' up to the head';
+      if (got.signed && got.noEd25519) text += ' (this browser cannot check Ed25519 signatures)';
+      else if (got.signed) text += ', each signed by its player';
+      text += '.';
+      ok = true;
+    } catch (e) {
+      text = 'The check failed: ' + e.message + '.';
+    }
+    if (S.checked !== checked) return; // another game, or another check, since
+    setText(out, text);
+    out.dataset.ok = ok ? 'true' : 'false';
   }
 
   function capital(text) {
@@ -846,6 +956,7 @@
     $('resign-yes').addEventListener('click', () => onResignAnswer(true));
     $('resign-no').addEventListener('click', () => onResignAnswer(false));
     $('leave').addEventListener('click', leaveGame);
+    $('check-chain').addEventListener('click', onCheckChain);
     $('game-title').tabIndex = -1;
 
     const code = new URLSearchParams(location.search).get('code');

@@ -6,7 +6,8 @@
 //! tic-tac-toe to X's win; on the way X tries a cell O holds, and the page must draw that
 //! move at once and take it back when the hub refuses it; X reloads the tab mid-game and
 //! must get its seat back, and plays one move from the keyboard; the spectator must see
-//! every move. Then a game of rock-paper-scissors where O's early choice is held by the hub
+//! every move. At the end the page checks the game's signed chain with the browser's own
+//! SHA-256 and Ed25519, and must refuse a log altered on its way in. Then a game of rock-paper-scissors where O's early choice is held by the hub
 //! (shown on O's page, never on X's), and one of connect-four that ends by resignation.
 //! Screenshots of each step are written to `target/tmp/browser/` for a person to look at.
 //!
@@ -31,6 +32,8 @@ const SEQ: &str = "document.getElementById('board').dataset.seq";
 const PHASE: &str = "document.body.dataset.phase";
 const OVER: &str = "document.body.dataset.over";
 const STATUS: &str = "document.getElementById('status').textContent";
+const CHECKED: &str = "document.getElementById('chain-check').dataset.ok || ''";
+const CHECK_TEXT: &str = "document.getElementById('chain-check').textContent";
 
 /// Opens the page and waits until its script has run and the protocols are listed.
 async fn open(c: &Client, hub: &str) {
@@ -280,6 +283,59 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
             eval(c, "document.getElementById('chain-head').textContent").await,
             json!(head),
             "{who}"
+        );
+    }
+    // The page checks the chain itself, with the browser's own SHA-256 and Ed25519 (the
+    // page's games are signed by default)...
+    for (who, c) in [("X", &x), ("spectator", &s)] {
+        click(c, "#check-chain").await;
+        wait_eq(c, who, CHECKED, json!("true")).await;
+        assert_eq!(
+            eval(c, CHECK_TEXT).await,
+            json!(
+                "Checked in this browser: 6 events link up to the head, each signed by its player."
+            ),
+            "{who}"
+        );
+    }
+    // The same log with every object's keys in reverse order is the same chain (the page
+    // canonicalizes what it reads); one with X's first move rewritten, its signature kept,
+    // is not. The spectator's page gets the log through a fetch that alters it so.
+    eval(
+        &s,
+        "(() => { const real = window.fetch; \
+           const rev = (v) => Array.isArray(v) ? v.map(rev) : (v && typeof v === 'object') \
+             ? Object.fromEntries(Object.keys(v).reverse().map((k) => [k, rev(v[k])])) : v; \
+           window.fetch = async (url, opts) => { \
+             const res = await real(url, opts); \
+             if (!String(url).endsWith('/export')) return res; \
+             const lines = (await res.text()).split('\\n').filter((l) => l !== ''); \
+             const events = lines.map((l) => JSON.parse(l)); \
+             if (window.alterLog === 'move') events[1].move = { row: 2, col: 2 }; \
+             const text = events.map((e) => JSON.stringify(rev(e))).join('\\n'); \
+             return new Response(text, { status: 200 }); }; \
+           return true; })()",
+    )
+    .await;
+    for (alter, ok, text) in [
+        (
+            "keys",
+            "true",
+            "Checked in this browser: 6 events link up to the head, each signed by its player.",
+        ),
+        (
+            "move",
+            "false",
+            "The check failed: seq 1 has a bad signature.",
+        ),
+    ] {
+        eval(&s, &format!("window.alterLog = '{alter}'")).await;
+        click(&s, "#check-chain").await;
+        wait_eq(&s, "spectator", CHECKED, json!(ok)).await;
+        assert_eq!(
+            eval(&s, CHECK_TEXT).await,
+            json!(text),
+            "log altered: {alter}"
         );
     }
     let moves = eval(&s, "Array.from(document.querySelectorAll('#log li')).map(li => li.textContent).filter(t => t.includes(' played '))").await;
