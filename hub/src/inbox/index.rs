@@ -12,11 +12,12 @@
 //! finished game leaves in memory. With a [`Spill`], the slot and link lists keep only their
 //! newest [`HOT`] chunks in memory: older chunks, which are rarely read and almost never
 //! changed, are written to an unlinked file in the data directory and read back with one
-//! `pread` per record. The file is a cache of what the log holds, rebuilt at every open
-//! like the rest of the index, so it is never synced and needs no recovery. A failed
-//! spill read or write is an error the caller sees ([`IndexError::Spill`], a 503 at the
-//! HTTP edge), never an answer with a record missing; an event whose links cannot be
-//! written is not indexed at all, and the store stops taking writes until it is reopened.
+//! `pread` per record, or per run of records for a listing. The file is a cache of what
+//! the log holds, rebuilt at every open like the rest of the index, so it is never synced
+//! and needs no recovery. A failed spill read or write is an error the caller sees
+//! ([`IndexError::Spill`], a 503 at the HTTP edge), never an answer with a record missing;
+//! an event whose links cannot be written is not indexed at all, and the store stops
+//! taking writes until it is reopened.
 //!
 //! What it deliberately does not do: any locking, or any I/O but the spill file's. The
 //! embedded backend holds it behind one lock, and only the writer adds to it, after the
@@ -26,6 +27,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::hash::BuildHasher;
 use std::io;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -238,6 +240,14 @@ impl Spill {
         Ok(T::take(buf))
     }
 
+    /// `n` records written one after another from `at`, with one read.
+    fn read_run<T: Record>(&self, at: u64, n: usize, out: &mut Vec<T>) -> io::Result<()> {
+        let mut buf = vec![0u8; n * T::SIZE];
+        self.file.read_exact_at(&mut buf, at)?;
+        out.extend(buf.chunks_exact(T::SIZE).map(T::take));
+        Ok(())
+    }
+
     fn write<T: Record>(&self, at: u64, value: &T) -> io::Result<()> {
         let mut buf = Vec::with_capacity(T::SIZE);
         value.put(&mut buf);
@@ -312,6 +322,30 @@ impl<T: Record> Chunked<T> {
             (Some(_), _) => Ok(None),
             (None, _) => Ok(self.get(i).copied()),
         }
+    }
+
+    /// Elements `range` (cut at the list's end), with one read per spilled chunk it
+    /// crosses rather than one per element.
+    fn fetch_run(&self, range: Range<usize>, spill: Option<&Spill>) -> io::Result<Vec<T>> {
+        let end = range.end.min(self.len);
+        let mut out = Vec::with_capacity(end.saturating_sub(range.start));
+        let mut i = range.start;
+        while i < end {
+            let (chunk, from) = (i / CHUNK, i % CHUNK);
+            let n = (CHUNK - from).min(end - i);
+            match (self.spilled.get(chunk), spill) {
+                (Some(&at), Some(spill)) => {
+                    spill.read_run(at + (from * T::SIZE) as u64, n, &mut out)?
+                }
+                (Some(_), None) => break,
+                (None, _) => match self.chunks.get(chunk).and_then(|c| c.get(from..from + n)) {
+                    Some(values) => out.extend_from_slice(values),
+                    None => break,
+                },
+            }
+            i += n;
+        }
+        Ok(out)
     }
 
     /// Changes element `i` in place; false when it does not exist. An error when its
@@ -595,9 +629,13 @@ impl Index {
     /// The slot of one capture, with its verdict; `None` when the store has no such
     /// capture.
     pub fn slot(&self, capture: Capture) -> io::Result<Option<Slot>> {
-        let Some(stored) = self.stored(capture)? else {
-            return Ok(None);
-        };
+        Ok(self
+            .stored(capture)?
+            .map(|stored| self.slot_of(capture, &stored)))
+    }
+
+    /// The slot of a capture whose stored record is `stored`.
+    fn slot_of(&self, capture: Capture, stored: &Stored) -> Slot {
         let extra = || self.extras.get(&capture).cloned();
         let verdict = match stored.tag {
             ACCEPTED => Some(Compact::Accepted(stored.hash)),
@@ -609,14 +647,57 @@ impl Index {
             SKIPPED => Some(Compact::Skipped),
             _ => None,
         };
-        Ok(Some(Slot {
+        Slot {
             frame: FramePos {
                 segment: stored.segment,
                 offset: u64::from(stored.offset),
                 len: stored.len,
             },
             verdict,
-        }))
+        }
+    }
+
+    /// The slots of `captures`, in their order, skipping any the store does not have.
+    /// The captures of a listing lie close together in each shard, so each shard's are
+    /// read as one run when the run is not much longer than they are.
+    fn slots_of(&self, captures: &[Capture]) -> io::Result<Vec<(Capture, Slot)>> {
+        // Per shard: the lowest and highest position asked for, and how many.
+        let mut spans: HashMap<u32, (u64, u64, usize)> = HashMap::new();
+        for c in captures.iter().filter(|c| c.pos > 0) {
+            let span = spans.entry(c.shard).or_insert((c.pos, c.pos, 0));
+            *span = (span.0.min(c.pos), span.1.max(c.pos), span.2 + 1);
+        }
+        let mut runs: HashMap<u32, (u64, Vec<Stored>)> = HashMap::new();
+        for (shard, (low, high, count)) in spans {
+            let (Some(list), Ok(start), Ok(end)) = (
+                self.shards.get(shard as usize),
+                usize::try_from(low - 1),
+                usize::try_from(high),
+            ) else {
+                continue;
+            };
+            if end - start <= 4 * count {
+                runs.insert(
+                    shard,
+                    (low, list.fetch_run(start..end, self.spill.as_ref())?),
+                );
+            }
+        }
+        let mut out = Vec::with_capacity(captures.len());
+        for &c in captures {
+            let from_run = runs.get(&c.shard).and_then(|(low, run)| {
+                run.get(usize::try_from(c.pos.checked_sub(*low)?).ok()?)
+                    .copied()
+            });
+            let stored = match from_run {
+                Some(stored) => Some(stored),
+                None => self.stored(c)?,
+            };
+            if let Some(stored) = stored {
+                out.push((c, self.slot_of(c, &stored)));
+            }
+        }
+        Ok(out)
     }
 
     /// Records a verdict; false when the capture does not exist.
@@ -673,16 +754,19 @@ impl Index {
         let start = usize::try_from(from.max(1) - 1)
             .unwrap_or(usize::MAX)
             .min(slots.len());
-        (start..slots.len())
-            .take(max)
-            .filter_map(|i| {
+        let end = start.saturating_add(max).min(slots.len());
+        let run = slots.fetch_run(start..end, self.spill.as_ref())?;
+        Ok(run
+            .iter()
+            .zip(start..)
+            .map(|(stored, i)| {
                 let capture = Capture {
                     shard,
                     pos: i as u64 + 1,
                 };
-                self.slot(capture).transpose().map(|s| Ok((capture, s?)))
+                (capture, self.slot_of(capture, stored))
             })
-            .collect()
+            .collect())
     }
 
     /// How many captures one game has.
@@ -749,11 +833,14 @@ impl Index {
                         _ => high = mid,
                     }
                 }
-                for i in (low..entry.all.len()).take(limit) {
-                    if let Some(link) = entry.all.fetch(i, spill)? {
-                        out.extend(with_slot(link.capture.unpack())?);
-                    }
-                }
+                let end = low.saturating_add(limit);
+                let captures: Vec<Capture> = entry
+                    .all
+                    .fetch_run(low..end, spill)?
+                    .iter()
+                    .map(|link| link.capture.unpack())
+                    .collect();
+                out = self.slots_of(&captures)?;
             }
         }
         Ok(out)
@@ -912,6 +999,60 @@ mod tests {
         let slot = index.slot(recent).expect("a recent slot needs no read");
         assert_eq!(slot.map(|s| s.frame.offset), Some(events * 100));
         assert_eq!(index.shard_range(0, events, 10).expect("recent").len(), 1);
+    }
+
+    #[test]
+    fn runs_read_across_spilled_and_resident_chunks_as_single_reads_would() {
+        let (mut index, _dir) = spilling(2);
+        let events = 5 * CHUNK + 7;
+        for i in 0..events {
+            let capture = Capture {
+                shard: (i % 2) as u32,
+                pos: (i / 2) as u64 + 1,
+            };
+            let game = format!("g{}", i % 13);
+            index
+                .push(capture, "box", &game, frame(i as u64))
+                .expect("push");
+        }
+        let list = &index.inboxes["box"].all;
+        assert!(list.spilled.len() >= 2, "some chunks are spilled");
+        let spill = index.spill.as_ref();
+        for (start, end) in [
+            (0, events),
+            (3, CHUNK + 5),
+            (CHUNK - 1, 3 * CHUNK + 1),
+            (events - 2, events + 9),
+            (events, events + 1),
+        ] {
+            let one_by_one: Vec<Link> = (start..end.min(events))
+                .map(|i| list.fetch(i, spill).expect("readable").expect("present"))
+                .collect();
+            assert_eq!(
+                list.fetch_run(start..end, spill).expect("readable"),
+                one_by_one
+            );
+        }
+        let high = index.high_water(1);
+        for (from, max) in [
+            (1, usize::MAX),
+            (2, 70),
+            (CHUNK as u64, 2 * CHUNK),
+            (high, 5),
+            (high + 1, 5),
+        ] {
+            let run = index.shard_range(1, from, max).expect("readable");
+            let one_by_one: Vec<(Capture, FramePos)> = (from.max(1)..=high)
+                .take(max)
+                .map(|pos| {
+                    let c = Capture { shard: 1, pos };
+                    (c, index.slot(c).expect("readable").expect("present").frame)
+                })
+                .collect();
+            let got: Vec<(Capture, FramePos)> =
+                run.into_iter().map(|(c, s)| (c, s.frame)).collect();
+            assert_eq!(got, one_by_one, "from {from}, at most {max}");
+        }
     }
 
     #[test]
