@@ -7,9 +7,11 @@
 //! move at once and take it back when the hub refuses it; X reloads the tab mid-game and
 //! must get its seat back, and plays one move from the keyboard; the spectator must see
 //! every move. At the end the page checks the game's signed chain with the browser's own
-//! SHA-256 and Ed25519, and must refuse a log altered on its way in. Then a game of rock-paper-scissors where O's early choice is held by the hub
-//! (shown on O's page, never on X's), and one of connect-four that ends by resignation.
-//! Screenshots of each step are written to `target/tmp/browser/` for a person to look at.
+//! SHA-256 and Ed25519, and must refuse a log altered on its way in. Then a game of
+//! rock-paper-scissors where O's early choice is held by the hub (shown on O's page, never
+//! on X's), and an unsigned one of connect-four that ends by resignation, whose chain the
+//! page checks by its links alone. Screenshots of each step are written to
+//! `target/tmp/browser/` for a person to look at.
 //!
 //! These tests install nothing: without `chromedriver` and `chromium` they fail and name
 //! `scripts/test`, which installs them. Every wait is bounded, chromedriver listens on a
@@ -413,11 +415,21 @@ async fn rock_paper_scissors(x: Client, o: Client, inbox: &str) {
 async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
     click(&x, "#leave").await;
     click(&o, "#leave").await;
+    // This one unsigned: the page's checkbox is on by default.
+    click(&x, "#create-signed").await;
     let (game, code) = create(&x, inbox, "pipehub:connect-four", &[]).await;
     join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
+    assert_eq!(
+        eval(
+            &x,
+            "document.getElementById('game-meta').textContent.includes('signed')"
+        )
+        .await,
+        json!(false)
+    );
     click(&x, "#board .drop[data-col=\"3\"]").await;
     for (who, c) in [("X", &x), ("O", &o)] {
         wait_eq(c, who, &cell(5, 3), json!("X")).await;
@@ -439,4 +451,11 @@ async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
         json!("Game over: you lost (X wins, O resigned)."),
     )
     .await;
+    // An unsigned chain checks out by its links alone: start, X's move, O's resignation.
+    click(&o, "#check-chain").await;
+    wait_eq(&o, "O", CHECKED, json!("true")).await;
+    assert_eq!(
+        eval(&o, CHECK_TEXT).await,
+        json!("Checked in this browser: 3 events link up to the head.")
+    );
 }
