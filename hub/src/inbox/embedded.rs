@@ -210,6 +210,12 @@ fn replay(
     Ok(())
 }
 
+/// How long opening waits for a directory's lock before saying it is in use. A lock can
+/// outlive the store that took it by a moment: a child process forked meanwhile by any
+/// thread of the same process holds a copy of its descriptor until it execs (this crate's
+/// tests, which spawn processes while others reopen stores, met it).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Takes the directory's lock, or says which directory is in use.
 fn lock_dir(dir: &Path) -> Result<fs::File, StoreError> {
     let path = dir.join(LOCK_FILE);
@@ -218,7 +224,14 @@ fn lock_dir(dir: &Path) -> Result<fs::File, StoreError> {
         .truncate(false)
         .write(true)
         .open(&path)?;
-    match file.try_lock() {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    let mut taken = file.try_lock();
+    while matches!(taken, Err(fs::TryLockError::WouldBlock)) && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        taken = file.try_lock();
+    }
+    match taken {
         Ok(()) => Ok(file),
         Err(fs::TryLockError::WouldBlock) => Err(StoreError::Io(std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
