@@ -11,7 +11,9 @@
 //!
 //! Changes are group-committed by one writer thread, like the inbox's appends: a caller
 //! stages its change and waits; the writer takes every staged change, writes them with one
-//! `write` and one `fdatasync`, applies them to the map, and only then answers. Meta
+//! `write` and one `fdatasync`, applies them to the map, and only then answers. (`take`
+//! alone does not wait: see [`Meta::take`]. The log is one sequence, so whatever a later
+//! change's fsync covers includes it.) Meta
 //! writes come in bursts (creating a game is five of them, pairing four, finishing one),
 //! so at a few hundred games a second a store that fsynced each change under a lock spent
 //! most of its time in fsync and, worse, blocked the async threads that called it.
@@ -301,13 +303,15 @@ impl EmbeddedMeta {
     }
 
     /// Stages a change if `check` (told whether the key holds a value, staged or durable)
-    /// allows it, and waits until it is durable. `Ok(None)`: `check` refused; otherwise
-    /// the value the key had when `read_before` is set (`Some(None)` when it is not).
+    /// allows it, and waits until it is durable when `wait` is set. `Ok(None)`: `check`
+    /// refused; otherwise the value the key had when `read_before` is set (`Some(None)`
+    /// when it is not).
     async fn change(
         &self,
         key: &str,
         value: Option<Bytes>,
         read_before: bool,
+        wait: bool,
         check: impl FnOnce(bool) -> bool,
     ) -> Result<Option<Option<Bytes>>, StoreError> {
         if self.shared.failed.load(Ordering::Acquire) {
@@ -348,7 +352,9 @@ impl EmbeddedMeta {
             staged.newest.insert(key.to_string(), (number, value));
             before
         };
-        answer.await.map_err(|_| unavailable())??;
+        if wait {
+            answer.await.map_err(|_| unavailable())??;
+        }
         Ok(Some(before))
     }
 }
@@ -461,14 +467,14 @@ impl Drop for EmbeddedMeta {
 #[async_trait]
 impl Meta for EmbeddedMeta {
     async fn put(&self, key: &str, value: Bytes) -> Result<(), StoreError> {
-        self.change(key, Some(value), false, |_| true)
+        self.change(key, Some(value), false, true, |_| true)
             .await
             .map(|_| ())
     }
 
     async fn insert_new(&self, key: &str, value: Bytes) -> Result<bool, StoreError> {
         Ok(self
-            .change(key, Some(value), false, |present| !present)
+            .change(key, Some(value), false, true, |present| !present)
             .await?
             .is_some())
     }
@@ -480,14 +486,16 @@ impl Meta for EmbeddedMeta {
 
     async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         Ok(self
-            .change(key, None, false, |present| present)
+            .change(key, None, false, true, |present| present)
             .await?
             .is_some())
     }
 
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        // Staged, not waited for: the trait's contract (durable with the caller's next
+        // durable change, which the log orders after it).
         Ok(self
-            .change(key, None, true, |present| present)
+            .change(key, None, true, false, |present| present)
             .await?
             .flatten())
     }
@@ -643,8 +651,32 @@ mod tests {
             taken += usize::from(t);
         }
         assert_eq!((reserved, taken), (1, 1));
+        // The take is durable with the next change (until then `get`, which shows durable
+        // contents only, may still see the code).
+        meta.put("seat/o", b("after")).await.expect("put");
         assert_eq!(meta.get("code/c").await.expect("get"), None);
         assert!(!meta.insert_new("game/g", b("again")).await.expect("insert"));
+    }
+
+    #[tokio::test]
+    async fn a_take_is_durable_with_the_next_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = EmbeddedMeta::open(dir.path()).expect("open");
+        meta.put("code/a", b("once")).await.expect("put");
+        assert_eq!(meta.take("code/a").await.expect("take"), Some(b("once")));
+        // Staged: a second taker finds nothing, at once.
+        assert_eq!(meta.take("code/a").await.expect("take"), None);
+        meta.put("seat/o", b("token")).await.expect("put");
+        // A copy taken while the store is still open (no shutdown flush): the put is
+        // durable, and the log orders the take before it.
+        let copy = tempfile::tempdir().expect("tempdir");
+        for entry in std::fs::read_dir(dir.path()).expect("list") {
+            let entry = entry.expect("entry");
+            std::fs::copy(entry.path(), copy.path().join(entry.file_name())).expect("copy");
+        }
+        let reopened = EmbeddedMeta::open(copy.path()).expect("reopen the copy");
+        assert_eq!(reopened.get("code/a").await.expect("get"), None);
+        assert_eq!(reopened.get("seat/o").await.expect("get"), Some(b("token")));
     }
 
     #[tokio::test]
