@@ -41,9 +41,9 @@ pub trait Meta: Send + Sync {
     /// durable: the removal is durable no later than the next change this caller makes
     /// durable, and a crash before that undoes it, as if nobody had taken the key (until
     /// then `get` of an embedded store, which shows durable contents only, may still
-    /// return the value; another `take` or `insert_new` sees it gone). So a
-    /// caller acts on what it took only through later writes (pairing: O's seat and the
-    /// code's tombstone), and saves an fsync round of its own.
+    /// return the value; another `take` or `insert_new` sees it gone). So a caller acts
+    /// on what it took only through later writes (pairing: O's seat and the code's
+    /// tombstone), and saves an fsync round of its own.
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError>;
 
     /// Every key starting with `prefix`, with its value, in key order.
