@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 use hub::cli;
 
 /// The allocator: a move allocates many small, short-lived buffers on several threads, which
-/// mimalloc serves several times faster than the system allocator (measured in the README).
+/// mimalloc serves several times faster than the system allocator (measured in docs/decisions.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
