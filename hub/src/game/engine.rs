@@ -17,8 +17,9 @@ use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use dashmap::DashMap;
 use games::key::GameIds;
+use tokio::sync::watch;
 
-use super::actor::{Deliver, GameActor};
+use super::actor::{Deliver, GameActor, Snapshot};
 use super::seats::Seats;
 use super::types::Listed;
 use super::waiters::Waiters;
@@ -215,6 +216,38 @@ impl Engine {
         gauge.with_label_values(&["paired"]).set(paired);
         gauge.with_label_values(&["started"]).set(started);
         gauge.with_label_values(&["finished"]).set(finished);
+    }
+
+    /// Rebuilds the game of every paired registration the hub holds as open, one at a time,
+    /// until `stop` turns true: run once as a single hub opens. A game whose last verdict
+    /// came just before the hub stopped can still be marked open, for its close follows
+    /// that verdict and may not have reached the store; left alone it would count against
+    /// its host's open games until someone came back to it. Its actor's rebuild closes it
+    /// (and, for any game, writes what the hub owes it: a start, a reveal). Returns how
+    /// many games it rebuilt. In a cluster a shard's owner rebuilds its games on demand,
+    /// and this is not run.
+    pub async fn settle_open_games(self: &Arc<Self>, stop: watch::Receiver<bool>) -> usize {
+        let paired: Vec<_> = self
+            .seats
+            .all_registrations()
+            .into_iter()
+            .filter(|reg| reg.paired)
+            .collect();
+        let mut rebuilt = 0;
+        for reg in paired {
+            if *stop.borrow() {
+                break;
+            }
+            let snapshot = Snapshot(games::Viewer::Spectator);
+            match self.ask(&reg.inbox, &reg.game, snapshot).await {
+                Ok(_) => rebuilt += 1,
+                Err(e) => tracing::warn!(game = %reg.game, error = %e, "open game not rebuilt"),
+            }
+        }
+        if rebuilt > 0 {
+            tracing::info!(games = rebuilt, "open games rebuilt");
+        }
+        rebuilt
     }
 
     /// True when the game exists in some form: reserved, or with at least one capture.

@@ -208,7 +208,7 @@ fn parse_seat(key: &str, value: &[u8]) -> Option<([u8; 32], SeatAuth)> {
     ))
 }
 
-fn open_key(person: &str, inbox: &str, game: &str) -> String {
+pub(super) fn open_key(person: &str, inbox: &str, game: &str) -> String {
     format!("open/{person}/{inbox}/{game}")
 }
 

@@ -51,8 +51,10 @@ struct Lifecycle {
 }
 
 impl Hub {
-    /// Opens the engine: loads seats and reservations from `meta` and starts one consumer
-    /// per shard. Must be called inside an actix system (actors are started on it).
+    /// Opens the engine: loads seats and reservations from `meta`, starts one consumer per
+    /// shard and, on a single hub, rebuilds the open games in the background
+    /// ([`Engine::settle_open_games`]). Must be called inside an actix system (actors are
+    /// started on it).
     pub async fn open(
         config: HubConfig,
         inbox: Arc<dyn Inbox>,
@@ -77,6 +79,13 @@ impl Hub {
                 from,
                 stop_rx.clone(),
             )));
+        }
+        if engine.config.cluster.is_none() {
+            let settle = engine.clone();
+            let stop = stop_rx.clone();
+            consumers.push(tokio::spawn(async move {
+                settle.settle_open_games(stop).await;
+            }));
         }
         let sweeper = engine.clone();
         let mut sweep_stop = stop_rx;

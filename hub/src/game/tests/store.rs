@@ -38,6 +38,45 @@ async fn play(hub: &Hub, moves: &[(&SeatAuth, i64, i64)]) -> Option<crate::inbox
     last
 }
 
+fn tic_tac_toe() -> CreateGame {
+    CreateGame {
+        protocol: Some("pipehub:tic-tac-toe".into()),
+        rules: None,
+        signed: false,
+        key: None,
+    }
+}
+
+/// Creates and pairs a tic-tac-toe game hosted by `host`, and plays it to X's win; returns
+/// X's and O's tokens and seats.
+async fn won_game(hub: &Hub, host: &str) -> (String, String, SeatAuth, SeatAuth) {
+    let created = hub
+        .create_game(INBOX, tic_tac_toe(), host)
+        .await
+        .expect("create");
+    let paired = hub.pair(&created.pairing_code, None).await.expect("pair");
+    let x = hub.seat_for_token(&created.token).await.expect("X");
+    let o = hub.seat_for_token(&paired.token).await.expect("O");
+    play(
+        hub,
+        &[(&x, 0, 0), (&o, 1, 0), (&x, 0, 1), (&o, 1, 1), (&x, 0, 2)],
+    )
+    .await;
+    (created.token, paired.token, x, o)
+}
+
+/// Waits up to 5 s for `host`'s open games to come to `n` (a game closes asynchronously,
+/// after its last verdict); returns the count then.
+async fn open_games_reach(hub: &Hub, host: &str, n: u64) -> u64 {
+    for _ in 0..500 {
+        if hub.engine_open_games(host) == n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    hub.engine_open_games(host)
+}
+
 #[actix_rt::test]
 async fn a_seated_game_survives_a_restart_on_the_embedded_store() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -90,39 +129,15 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
     let dir = tempfile::tempdir().expect("temp dir");
     let (inbox, meta) = stores(dir.path());
     let f = open_on(inbox, meta, config()).await;
-    let create = || CreateGame {
-        protocol: Some("pipehub:tic-tac-toe".into()),
-        rules: None,
-        signed: false,
-        key: None,
-    };
     // One game played to the end, one left open.
-    let created = f
-        .hub
-        .create_game(INBOX, create(), "host-1")
-        .await
-        .expect("create");
-    let paired = f.hub.pair(&created.pairing_code, None).await.expect("pair");
+    let (x_token, o_token, x, o) = won_game(&f.hub, "host-1").await;
     let open = f
         .hub
-        .create_game(INBOX, create(), "host-1")
+        .create_game(INBOX, tic_tac_toe(), "host-1")
         .await
         .expect("create");
-    let x = f.hub.seat_for_token(&created.token).await.expect("X");
-    let o = f.hub.seat_for_token(&paired.token).await.expect("O");
-    play(
-        &f.hub,
-        &[(&x, 0, 0), (&o, 1, 0), (&x, 0, 1), (&o, 1, 1), (&x, 0, 2)],
-    )
-    .await;
     // The finished game closes (asynchronously, after its last verdict).
-    for _ in 0..100 {
-        if f.hub.engine_open_games("host-1") == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(f.hub.engine_open_games("host-1"), 1);
+    assert_eq!(open_games_reach(&f.hub, "host-1", 1).await, 1);
     assert!(!f.hub.registration_cached(INBOX, &x.game));
     assert!(f.hub.registration_cached(INBOX, &open.game));
     // The finished game's two seats leave the cache at the next sweep, within a second.
@@ -136,12 +151,7 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
     assert_eq!(f.hub.forget_closed_seats(), 0, "nothing left to forget");
 
     let check = |hub: Hub| {
-        let (x_token, o_token, x, o) = (
-            created.token.clone(),
-            paired.token.clone(),
-            x.clone(),
-            o.clone(),
-        );
+        let (x_token, o_token, x, o) = (x_token.clone(), o_token.clone(), x.clone(), o.clone());
         async move {
             // Its tokens still open their seats, read from the store.
             assert_eq!(hub.seat_for_token(&x_token).await, Some(x.clone()));
@@ -192,4 +202,32 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
     assert!(!g.hub.registration_cached(INBOX, &x.game));
     assert_eq!(g.hub.engine_open_games("host-1"), 1);
     check(g.hub.clone()).await.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_game_that_finished_as_the_hub_stopped_stops_counting_as_open_when_it_reopens() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (inbox, meta) = stores(dir.path());
+    let f = open_on(inbox, meta.clone(), config()).await;
+    let (_, _, x, _) = won_game(&f.hub, "host-1").await;
+    assert_eq!(
+        open_games_reach(&f.hub, "host-1", 0).await,
+        0,
+        "closed after its win"
+    );
+    // As if the hub had stopped before that close reached the store: the mark is back.
+    let mark = super::super::seats::open_key("host-1", INBOX, &x.game);
+    meta.put(&mark, Bytes::new()).await.expect("put");
+    f.hub.shutdown().await;
+    drop((f, meta));
+
+    let (inbox, meta) = stores(dir.path());
+    let g = open_on(inbox, meta.clone(), config()).await;
+    // Nobody comes back to the finished game; the hub settles it on its own.
+    let open = open_games_reach(&g.hub, "host-1", 0).await;
+    assert_eq!(open, 0, "no longer counted open");
+    assert!(!g.hub.registration_cached(INBOX, &x.game));
+    let stored = meta.get(&mark).await.expect("get");
+    assert_eq!(stored, None, "the mark is gone");
+    g.hub.shutdown().await;
 }
