@@ -223,10 +223,9 @@ impl Engine {
     /// came just before the hub stopped can still be marked open, for its close follows
     /// that verdict and may not have reached the store; left alone it would count against
     /// its host's open games until someone came back to it. Its actor's rebuild closes it
-    /// (and, for any game, writes what the hub owes it: a start, a reveal). Returns how
-    /// many games it rebuilt. In a cluster a shard's owner rebuilds its games on demand,
-    /// and this is not run.
-    pub async fn settle_open_games(self: &Arc<Self>, stop: watch::Receiver<bool>) -> usize {
+    /// (and, for any game, writes what the hub owes it: a start, a reveal). In a cluster a
+    /// shard's owner rebuilds its games on demand, and this is not run.
+    pub async fn settle_open_games(self: &Arc<Self>, stop: watch::Receiver<bool>) {
         let paired: Vec<_> = self
             .seats
             .all_registrations()
@@ -247,7 +246,6 @@ impl Engine {
         if rebuilt > 0 {
             tracing::info!(games = rebuilt, "open games rebuilt");
         }
-        rebuilt
     }
 
     /// True when the game exists in some form: reserved, or with at least one capture.
