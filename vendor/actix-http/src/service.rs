@@ -988,7 +988,7 @@ where
                 },
             },
 
-            proto => unimplemented!("Unsupported HTTP version: {:?}.", proto),
+            proto => unreachable!("Unsupported HTTP version: {:?}.", proto),
         }
     }
 }

@@ -1537,9 +1537,5 @@ fn trace_timer_states(
 }
 
 #[cfg(test)]
-#[path = "dispatcher_tests.rs"]
-mod dispatcher_tests;
-
-#[cfg(test)]
 #[path = "dispatcher_buffer_tests.rs"]
 mod buffer_tests;

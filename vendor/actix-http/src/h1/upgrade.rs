@@ -15,7 +15,7 @@ impl<T> ServiceFactory<(Request, Framed<T, Codec>)> for UpgradeHandler {
     type Future = LocalBoxFuture<'static, Result<Self::Service, Self::InitError>>;
 
     fn new_service(&self, _: ()) -> Self::Future {
-        unimplemented!()
+        unreachable!("UpgradeHandler is a placeholder type, never built as a service")
     }
 }
 
@@ -27,6 +27,6 @@ impl<T> Service<(Request, Framed<T, Codec>)> for UpgradeHandler {
     actix_service::always_ready!();
 
     fn call(&self, _: (Request, Framed<T, Codec>)) -> Self::Future {
-        unimplemented!()
+        unreachable!("UpgradeHandler is a placeholder type, never built as a service")
     }
 }
