@@ -309,6 +309,96 @@ fn listings_and_the_open_games_cap_span_the_nodes() {
     assert_eq!(view.json()["seat"], json!("X"));
 }
 
+/// The open-game marks (`open/{person}/{inbox}/{game}`) in the shared meta store.
+fn open_marks(redis: &RedisServer) -> Vec<String> {
+    redis
+        .cli(&["ZRANGE", "ph:mk", "0", "-1"])
+        .lines()
+        .filter(|k| k.starts_with("open/"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_game_whose_close_died_with_its_owner_is_closed_by_the_next_owner() {
+    let redis = RedisServer::start();
+    let mut first = node_with(&redis, &["--max-open-games", "1"]);
+    let client = Client::new();
+    await_owners(&client, &[&first], Duration::from_secs(15));
+    let game = Game::new(&client, &first, &first, "settle");
+    let mark = open_marks(&redis)
+        .into_iter()
+        .find(|k| k.ends_with(&format!("/settle/{}", game.game)))
+        .expect("an open game has its mark");
+    let mut last = String::new();
+    for i in 0..5 {
+        last = game.play_until_accepted(&client, &first, i);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open_marks(&redis).contains(&mark) {
+        assert!(Instant::now() < deadline, "the won game was never closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // More records on the game's shard than a new owner's consumer goes back over, so
+    // that only a settling of the shard's open games can reach the finished game: an
+    // unseated game on the same shard, and events of it that the chain refuses.
+    let shard = last
+        .split(':')
+        .next()
+        .expect("a capture is shard:pos")
+        .to_string();
+    let events = first.url("/v1/inboxes/settle/events");
+    let filler = (0..)
+        .map(|k| format!("filler-{k}"))
+        .find(|id| {
+            let r = client.post(&events, None, &start_event(id));
+            assert_eq!(r.status, 201, "{}", r.body);
+            r.json()["capture"]
+                .as_str()
+                .unwrap_or_default()
+                .split(':')
+                .next()
+                == Some(&shard)
+        })
+        .expect("some game id falls on the shard");
+    for seq in 1..=1100 {
+        let stale = move_event(&filler, seq, &"0".repeat(64), "X", 0);
+        let r = client.post(&events, None, &stale);
+        assert!(r.status < 500, "{} {}", r.status, r.body);
+    }
+    // As if the owner had died between the last verdict and the close: the mark is back,
+    // and the host's one open game is taken by a game nobody will come back to.
+    redis.cli(&["HSET", "ph:m", &mark, ""]);
+    redis.cli(&["ZADD", "ph:mk", "0", &mark]);
+    let create = |hub: &Hub| {
+        client.post(
+            &hub.url("/v1/inboxes/settle/games"),
+            None,
+            &json!({"protocol": "pipehub:tic-tac-toe"}),
+        )
+    };
+    assert_eq!(create(&first).error(), "too_many_games");
+    // Nor is the game among the intents a new owner reads again (its pairing's hand-over):
+    // the streams keep only the newest thousand or so, and on a busy cluster it is gone.
+    for s in 0..SHARDS {
+        redis.cli(&["DEL", &format!("ph:x:{s}")]);
+    }
+    first.kill9();
+    let next = node_with(&redis, &["--max-open-games", "1"]);
+    await_owners(&client, &[&next], Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while open_marks(&redis).contains(&mark) {
+        assert!(
+            Instant::now() < deadline,
+            "the next owner never closed the finished game: {}",
+            next.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fresh = create(&next);
+    assert_eq!(fresh.status, 201, "{}", fresh.body);
+}
+
 #[test]
 fn one_person_has_one_budget_across_the_nodes() {
     let redis = RedisServer::start();

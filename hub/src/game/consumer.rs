@@ -16,7 +16,9 @@
 //! covers, however far behind the shard's end that is. Every record from there on reaches
 //! its actor; an actor started for it rebuilds its game (recording the verdicts the old
 //! owner left unrecorded and writing what the hub owes) and ignores what it already has.
-//! When the lease goes, the consumer stops reading at once.
+//! Beside it, the shard's games still marked open are rebuilt once
+//! ([`Engine::settle_shard`]), so that a game whose close the old owner did not live to
+//! write is closed. When the lease goes, the consumer stops reading at once.
 //!
 //! What it deliberately does not do: look inside records. Ordering within a game follows
 //! from ordering within the shard; a slow actor slows only its own shard (the consumer
@@ -87,7 +89,11 @@ pub async fn run(
         // between two looks).
         if clustered && !engine.owns(shard) {
             match take_over(&engine, shard).await {
-                Ok(from) => next = from,
+                Ok(from) => {
+                    next = from;
+                    let (engine, stop) = (engine.clone(), stop.clone());
+                    tokio::spawn(async move { engine.settle_shard(shard, stop).await });
+                }
                 Err(e) => {
                     tracing::warn!(shard, error = %e, "take-over could not read the verdict stream; retrying");
                     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -223,8 +223,8 @@ impl Engine {
     /// came just before the hub stopped can still be marked open, for its close follows
     /// that verdict and may not have reached the store; left alone it would count against
     /// its host's open games until someone came back to it. Its actor's rebuild closes it
-    /// (and, for any game, writes what the hub owes it: a start, a reveal). In a cluster a
-    /// shard's owner rebuilds its games on demand, and this is not run.
+    /// (and, for any game, writes what the hub owes it: a start, a reveal). In a cluster
+    /// each shard's new owner does the same for the shard ([`Engine::settle_shard`]).
     pub async fn settle_open_games(self: &Arc<Self>, stop: watch::Receiver<bool>) {
         let paired: Vec<_> = self
             .seats
@@ -245,6 +245,57 @@ impl Engine {
         }
         if rebuilt > 0 {
             tracing::info!(games = rebuilt, "open games rebuilt");
+        }
+    }
+
+    /// In a cluster, as this node takes `shard` over: rebuilds, one at a time, every
+    /// paired game of the shard that the store (every node's) holds as open, while this
+    /// node still owns the shard and `stop` is false. The cluster's counterpart of
+    /// [`Engine::settle_open_games`]: an owner that died between a game's last verdict and
+    /// its close left it counted against its host's open games, on every node.
+    pub async fn settle_shard(self: &Arc<Self>, shard: u32, stop: watch::Receiver<bool>) {
+        let marks = match self.meta.scan("open/").await {
+            Ok(marks) => marks,
+            Err(e) => {
+                tracing::warn!(shard, error = %e, "open games of a taken shard not settled");
+                return;
+            }
+        };
+        let mut rebuilt = 0;
+        for (key, _) in &marks {
+            if *stop.borrow() || !self.owns(shard) {
+                break;
+            }
+            let Some((_, inbox, game)) = super::seats::parse_open_key(key) else {
+                continue;
+            };
+            if self.inbox.shard_of(inbox, game) != shard {
+                continue;
+            }
+            // Another node may have created or paired it: the actor closes the game
+            // through its registration as the store has it.
+            match self.seats.refresh(inbox, game).await {
+                Ok(Some(reg)) if reg.paired => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::warn!(%game, error = %e, "open game not settled");
+                    continue;
+                }
+            }
+            match self
+                .ask(inbox, game, Snapshot(games::Viewer::Spectator))
+                .await
+            {
+                Ok(_) => rebuilt += 1,
+                Err(e) => tracing::warn!(%game, error = %e, "open game not rebuilt"),
+            }
+        }
+        if rebuilt > 0 {
+            tracing::info!(
+                shard,
+                games = rebuilt,
+                "open games of a taken shard rebuilt"
+            );
         }
     }
 

@@ -212,6 +212,14 @@ pub(super) fn open_key(person: &str, inbox: &str, game: &str) -> String {
     format!("open/{person}/{inbox}/{game}")
 }
 
+/// The person, inbox and game of an [`open_key`]. The person may itself hold slashes only
+/// in theory (addresses and token hashes do not), so the key is split by its known tail.
+pub(super) fn parse_open_key(key: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = key.strip_prefix("open/")?.rsplitn(3, '/');
+    let (game, inbox, person) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((person, inbox, game))
+}
+
 fn held_key(inbox: &str, game: &str, seat: Seat) -> String {
     format!("held/{inbox}/{game}/{seat}")
 }
@@ -299,13 +307,7 @@ impl Seats {
         };
         let mut open_games = HashSet::new();
         for (key, _) in seats.meta.scan("open/").await? {
-            // open/{person}/{inbox}/{game}: the person may itself hold slashes only in
-            // theory (addresses and token hashes do not), so count by the known tail.
-            let rest = key.trim_start_matches("open/");
-            let mut parts = rest.rsplitn(3, '/');
-            if let (Some(game), Some(inbox), Some(person)) =
-                (parts.next(), parts.next(), parts.next())
-            {
+            if let Some((person, inbox, game)) = parse_open_key(&key) {
                 *seats.open.entry(person.to_string()).or_insert(0) += 1;
                 open_games.insert((inbox.to_string(), game.to_string()));
             }
