@@ -339,7 +339,7 @@ fn a_game_whose_close_died_with_its_owner_is_closed_by_the_next_owner() {
         assert!(Instant::now() < deadline, "the won game was never closed");
         std::thread::sleep(Duration::from_millis(50));
     }
-    // More records on the game's shard than a new owner's consumer goes back over, so
+    // More records on the game's shard than a new owner's consumer goes back over (1,024), so
     // that only a settling of the shard's open games can reach the finished game: an
     // unseated game on the same shard, and events of it that the chain refuses.
     let shard = last
@@ -348,7 +348,7 @@ fn a_game_whose_close_died_with_its_owner_is_closed_by_the_next_owner() {
         .expect("a capture is shard:pos")
         .to_string();
     let events = first.url("/v1/inboxes/settle/events");
-    let filler = (0..)
+    let filler = (0..256)
         .map(|k| format!("filler-{k}"))
         .find(|id| {
             let r = client.post(&events, None, &start_event(id));
