@@ -237,14 +237,25 @@ impl Engine {
             if *stop.borrow() {
                 break;
             }
-            let snapshot = Snapshot(games::Viewer::Spectator);
-            match self.ask(&reg.inbox, &reg.game, snapshot).await {
-                Ok(_) => rebuilt += 1,
-                Err(e) => tracing::warn!(game = %reg.game, error = %e, "open game not rebuilt"),
-            }
+            rebuilt += u32::from(self.rebuild(&reg.inbox, &reg.game).await);
         }
         if rebuilt > 0 {
             tracing::info!(games = rebuilt, "open games rebuilt");
+        }
+    }
+
+    /// Makes the game's actor resident (rebuilding it from the store if it was not) by
+    /// asking it for a snapshot; false, logged, when that fails.
+    async fn rebuild(self: &Arc<Self>, inbox: &str, game: &str) -> bool {
+        match self
+            .ask(inbox, game, Snapshot(games::Viewer::Spectator))
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(%game, error = %e, "open game not rebuilt");
+                false
+            }
         }
     }
 
@@ -282,13 +293,7 @@ impl Engine {
                     continue;
                 }
             }
-            match self
-                .ask(inbox, game, Snapshot(games::Viewer::Spectator))
-                .await
-            {
-                Ok(_) => rebuilt += 1,
-                Err(e) => tracing::warn!(%game, error = %e, "open game not rebuilt"),
-            }
+            rebuilt += u32::from(self.rebuild(inbox, game).await);
         }
         if rebuilt > 0 {
             tracing::info!(
