@@ -100,14 +100,24 @@ fn a_short_run_plays_real_games_and_reports_them() {
 }
 
 /// At a low `--rate` over many games a move can wait in the pacer for longer than the
-/// stall bound; the bound counts from the move, so such a move is not an error.
+/// stall bound; the bound counts from the move, so such a move is not an error. (On two
+/// threads: the other tests run the default single-threaded load generator.)
 #[test]
 fn a_move_the_pacer_holds_back_is_not_counted_as_stalled() {
     let hub = Hub::start(HUB_FLAGS);
     // Eight tables at one move a second: the last one's first move waits about 7 s.
     let (code, report) = loadgen(
         &hub,
-        &["--games", "8", "--rate", "1", "--duration", "9"],
+        &[
+            "--games",
+            "8",
+            "--rate",
+            "1",
+            "--duration",
+            "9",
+            "--threads",
+            "2",
+        ],
         Duration::from_secs(90),
     );
     assert_eq!(code, 0, "report: {report}");
@@ -117,4 +127,24 @@ fn a_move_the_pacer_holds_back_is_not_counted_as_stalled() {
         (6..=10).contains(&moves),
         "about one move a second: {report}"
     );
+}
+
+/// A flag out of range is a usage error (exit 2) that names the flag, before any
+/// connection is tried.
+#[test]
+fn a_thread_count_out_of_range_is_a_usage_error() {
+    for threads in ["0", "65"] {
+        let out = Command::new(pipehub_bin())
+            .args(["loadgen", "--hub", "http://127.0.0.1:9", "--games", "1"])
+            .args(["--duration", "1", "--threads", threads])
+            .stdin(Stdio::null())
+            .output()
+            .expect("pipehub loadgen runs");
+        assert_eq!(out.status.code(), Some(2), "--threads {threads}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--threads must be between 1 and 64"),
+            "--threads {threads}: {err}"
+        );
+    }
 }
