@@ -2,12 +2,16 @@
 """Prints the figures of a scripts/bench-relay run side by side, with the issue's targets.
 
 Usage: bench-relay-table.py OUT_DIR   (the directory bench-relay wrote its results to)
-Reads OUT_DIR/g*.json, signed.json, rate.json (pipehub loadgen reports) and bgio.json (the
-peer harness's results file), and prints markdown tables.
+Reads each round's g*.json, signed.json, rate.json (pipehub loadgen reports) and bgio.json
+(the peer harness's results file) from OUT_DIR/r1, r2, … (or from OUT_DIR itself, as a
+run before rounds wrote them), and prints markdown tables. With several rounds, every
+figure is the median over the rounds (a ratio is the ratio of the two medians), and the
+moves/s and p99 columns also give the range the rounds spanned.
 """
 import glob
 import json
 import os
+import statistics
 import sys
 
 out = sys.argv[1]
@@ -42,13 +46,63 @@ def per_game_kib(r, key="hub_rss_seated_bytes"):
     return (r[key] - r["hub_rss_idle_bytes"]) / 1024 / r["games"]
 
 
-hub = {}
-for path in glob.glob(os.path.join(out, "*.json")):
-    name = os.path.basename(path)[:-5]
-    if name != "bgio":
-        hub[name] = load(path)
-bgio = {r["scenario"]["G"]: r for r in load(os.path.join(out, "bgio.json")).get("results", [])
-        if "scenario" in r and not r.get("error")}
+def round_dirs(out):
+    dirs = sorted(glob.glob(os.path.join(out, "r[0-9]*")), key=lambda d: int(os.path.basename(d)[1:]))
+    return [d for d in dirs if os.path.isdir(d)] or [out]
+
+
+def read_round(d):
+    hub = {}
+    for path in glob.glob(os.path.join(d, "*.json")):
+        name = os.path.basename(path)[:-5]
+        if name != "bgio":
+            hub[name] = load(path)
+    bgio = {r["scenario"]["G"]: r for r in load(os.path.join(d, "bgio.json")).get("results", [])
+            if "scenario" in r and not r.get("error")}
+    return hub, bgio
+
+
+def median_of(reports):
+    """One report of the same shape whose every number is the median of the reports' (those
+    that have it); anything else is the first report's."""
+    reports = [r for r in reports if r is not None]
+    if not reports:
+        return None
+    first = reports[0]
+    if isinstance(first, dict):
+        keys = dict.fromkeys(k for r in reports if isinstance(r, dict) for k in r)
+        return {k: median_of([r.get(k) for r in reports if isinstance(r, dict)]) for k in keys}
+    if isinstance(first, (int, float)) and not isinstance(first, bool):
+        nums = [r for r in reports if isinstance(r, (int, float)) and not isinstance(r, bool)]
+        if all(isinstance(n, int) for n in nums):
+            return statistics.median_low(nums)
+        return statistics.median(nums)
+    return first
+
+
+def spread(values, fmt):
+    """ " (lo–hi)" over the rounds, or nothing with one round."""
+    values = [v for v in values if v is not None]
+    if len(values) < 2:
+        return ""
+    return f" ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+rounds = [read_round(d) for d in round_dirs(out)]
+hub = {k: median_of([h.get(k) for h, _ in rounds]) or {} for k in dict.fromkeys(k for h, _ in rounds for k in h)}
+bgio = {g: median_of([b.get(g) for _, b in rounds]) or {} for g in dict.fromkeys(g for _, b in rounds for g in b)}
+
+
+def per_round(case, pick):
+    return [pick(h.get(case) or {}) for h, _ in rounds]
+
+
+def p99_of(r):
+    return (r.get("latency_ms") or {}).get("p99")
+
+
+if len(rounds) > 1:
+    print(f"\n{len(rounds)} rounds: each figure is the median over them; moves/s and p99 give their range too.")
 
 print("\n### pipehub (release build, `pipehub loadgen`, hub and load generator on the same 2 cores)\n")
 print("| case | loadgen flags | moves/s | p50 ms | p90 ms | p99 ms | max ms | refused | errors | hub RSS idle / seated / end MiB | KiB per open game, seated / end | hub CPU s | steal s |")
@@ -59,8 +113,10 @@ for k in order:
     if not r:
         continue
     l = r.get("latency_ms") or {}
-    print(f"| {k} | `{r.get('args', '')}` | {num(r.get('moves_per_s'))} | {ms(l.get('p50'))} | {ms(l.get('p90'))} | "
-          f"{ms(l.get('p99'))} | {ms(l.get('max'))} | {num(r.get('refused'))} | {num(r.get('errors'))} | "
+    mvs = spread(per_round(k, lambda x: x.get("moves_per_s")), "{:,.0f}")
+    p99s = spread(per_round(k, p99_of), "{:.2f}")
+    print(f"| {k} | `{r.get('args', '')}` | {num(r.get('moves_per_s'))}{mvs} | {ms(l.get('p50'))} | {ms(l.get('p90'))} | "
+          f"{ms(l.get('p99'))}{p99s} | {ms(l.get('max'))} | {num(r.get('refused'))} | {num(r.get('errors'))} | "
           f"{mib(r.get('hub_rss_idle_bytes'))} / {mib(r.get('hub_rss_seated_bytes'))} / {mib(r.get('hub_rss_bytes'))} | "
           f"{num(per_game_kib(r), '{:.1f}')} / {num(per_game_kib(r, 'hub_rss_bytes'), '{:.1f}')} | {num(r.get('hub_cpu_s'), '{:.1f}')} | {num(r.get('machine_steal_s'), '{:.2f}')} |")
 
@@ -77,8 +133,10 @@ if bgio:
         rss = r.get("hub_rss_bytes")
         brss = b.get("serverRssPeakMiB")
         rr = (rss / 2**20) / brss if rss and brss else None
-        print(f"| {g} | {num(r.get('moves_per_s'))} | {num(b.get('movesPerS'))} | {num(mr, '{:.1f}x')} | "
-              f"{ms(l.get('p99'))} | {ms(bl.get('p99'))} | {num(pr, '{:.2f}x')} | {mib(rss)} | {num(brss, '{:.1f}')} | {num(rr, '{:.2f}x')} |")
+        bmv = spread([(bb.get(g) or {}).get("movesPerS") for _, bb in rounds], "{:,.0f}")
+        bp99 = spread([((bb.get(g) or {}).get("latencyMs") or {}).get("p99") for _, bb in rounds], "{:.2f}")
+        print(f"| {g} | {num(r.get('moves_per_s'))} | {num(b.get('movesPerS'))}{bmv} | {num(mr, '{:.1f}x')} | "
+              f"{ms(l.get('p99'))} | {ms(bl.get('p99'))}{bp99} | {num(pr, '{:.2f}x')} | {mib(rss)} | {num(brss, '{:.1f}')} | {num(rr, '{:.2f}x')} |")
 
 print("\n### targets\n")
 big = max((hub[k] for k in hub if k.startswith("g")), key=lambda r: r.get("games") or 0, default=None)
@@ -96,18 +154,29 @@ checks = [
      f"{num(per_game_kib(big or {}), '{:.1f}')} KiB once seated, "
      f"{num(per_game_kib(big or {}, 'hub_rss_bytes'), '{:.1f}')} KiB at the end of the run"),
 ]
-for g, want, key in [(1000, 10, "moves"), (10, 0.1, "p99"), (1000, 0.25, "rss")]:
+def moves_ratio(r, b):
+    return (r.get("moves_per_s") or 0) / max(b.get("movesPerS") or 1, 1)
+
+
+def p99_ratio(r, b):
+    return ((r.get("latency_ms") or {}).get("p99") or 1e9) / max((b.get("latencyMs") or {}).get("p99") or 1e-9, 1e-9)
+
+
+def rss_ratio(r, b):
+    return (r.get("hub_rss_bytes") or 1e18) / 2**20 / max(b.get("serverRssPeakMiB") or 1e-9, 1e-9)
+
+
+for g, ratio, what, ok, fmt in [
+    (1000, moves_ratio, ">= 10x boardgame.io moves/s", lambda v: v >= 10, "{:.1f}x"),
+    (10, p99_ratio, "<= 0.1x boardgame.io p99", lambda v: v <= 0.1, "{:.2f}x"),
+    (1000, rss_ratio, "<= 0.25x boardgame.io server memory", lambda v: v <= 0.25, "{:.2f}x"),
+]:
     b, r = bgio.get(g), hub.get(f"g{g}")
     if not b or not r:
         continue
-    if key == "moves":
-        v = (r.get("moves_per_s") or 0) / max(b.get("movesPerS") or 1, 1)
-        checks.append((f">= 10x boardgame.io moves/s at G={g}", v >= want, f"{v:.1f}x"))
-    elif key == "p99":
-        v = ((r.get("latency_ms") or {}).get("p99") or 1e9) / max((b.get("latencyMs") or {}).get("p99") or 1e-9, 1e-9)
-        checks.append((f"<= 0.1x boardgame.io p99 at G={g}", v <= want, f"{v:.2f}x"))
-    else:
-        v = (r.get("hub_rss_bytes") or 1e18) / 2**20 / max(b.get("serverRssPeakMiB") or 1e-9, 1e-9)
-        checks.append((f"<= 0.25x boardgame.io server memory at G={g}", v <= want, f"{v:.2f}x"))
+    v = ratio(r, b)
+    each = [ratio(h[f"g{g}"], bb[g]) for h, bb in rounds if h.get(f"g{g}") and bb.get(g)]
+    each = f"; round by round {', '.join(fmt.format(x) for x in each)}" if len(each) > 1 else ""
+    checks.append((f"{what} at G={g}", ok(v), fmt.format(v) + each))
 for what, ok, detail in checks:
     print(f"- [{'x' if ok else ' '}] {what}: {detail}")
