@@ -20,7 +20,8 @@
 //! Usage: `relay_floor [--games G] [--duration S] [--server-threads N] [--move-bytes B]
 //! [--state-bytes B]`; the sizes default to those of an unsigned tic-tac-toe game's frames
 //! on the hub (a `game.move` about 60 bytes, a `game.state` about 630). Everything binds to
-//! 127.0.0.1; the child stops with the driver.
+//! 127.0.0.1; the child stops with the driver (it exits when its stdin, held by the
+//! driver, closes).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -106,6 +107,11 @@ fn config() -> WebSocketConfig {
 type Pairs = Arc<Mutex<HashMap<u64, [Option<mpsc::Sender<Message>>; 2]>>>;
 
 fn serve(threads: usize, state_bytes: usize) {
+    // The driver holds this process's stdin: when it ends, however it ends, so does this.
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -216,6 +222,7 @@ fn drive(o: &Options) {
             &o.server_threads.to_string(),
             &o.state_bytes.to_string(),
         ])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("the server starts");
