@@ -5,20 +5,23 @@
 //! moves, both seats get the new state, the opponent moves as soon as it has it) against
 //! the least a relay can do: a server that answers each move frame with one state frame
 //! to each seat of the pair, the mover's written by the task that read the move and the
-//! opponent's handed to the opponent's task through a channel, as the hub's rooms do. No
-//! HTTP, no game, no store, no fsync, no JSON. The server runs in a child process on a
-//! tokio runtime with `--server-threads` workers (two, as the hub's actix-web workers
-//! here); the driver runs on one thread in this process, as `pipehub loadgen` does by
-//! default, one task per pair, with tungstenite on both ends (2 KiB read buffers, as the
-//! load generator's).
+//! opponent's by the opponent's task, woken through a channel, as the hub's rooms do. No
+//! game, no store, no fsync, no JSON. The server runs in a child process with
+//! `--server-threads` threads (two, as the hub's actix-web workers here), and is one of
+//! two: `--server tungstenite` (the default), tokio-tungstenite on a tokio runtime, the
+//! least there is; or `--server actix`, the hub's own WebSocket stack (actix-web and
+//! actix-ws, as patched in `vendor/`), so that what the stack costs and what the hub's
+//! code costs can be told apart. The driver runs on one thread in this process, as
+//! `pipehub loadgen` does by default, one task per pair, with tungstenite (2 KiB read
+//! buffers, as the load generator's).
 //!
 //! It reports moves per second, the move→opponent latency, and the CPU each process
 //! spent per move (from `/proc`): the part of the hub's and the load generator's per-move
 //! CPU that no change to the hub's own code can take away while a move is three
 //! WebSocket frames on loopback TCP.
 //!
-//! Usage: `relay_floor [--games G] [--duration S] [--server-threads N] [--move-bytes B]
-//! [--state-bytes B]`; the sizes default to those of an unsigned tic-tac-toe game's frames
+//! Usage: `relay_floor [--server tungstenite|actix] [--games G] [--duration S]
+//! [--server-threads N] [--move-bytes B] [--state-bytes B]`; the sizes default to those of an unsigned tic-tac-toe game's frames
 //! on the hub (a `game.move` about 60 bytes, a `game.state` about 630). Everything binds to
 //! 127.0.0.1; the child stops with the driver (it exits when its stdin, held by the
 //! driver, closes).
@@ -37,6 +40,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 struct Options {
+    server: String,
     games: usize,
     duration: Duration,
     server_threads: usize,
@@ -47,13 +51,14 @@ struct Options {
 fn usage(problem: &str) -> ! {
     eprintln!("relay_floor: {problem}");
     eprintln!(
-        "usage: relay_floor [--games G] [--duration S] [--server-threads N] [--move-bytes B] [--state-bytes B]"
+        "usage: relay_floor [--server tungstenite|actix] [--games G] [--duration S] [--server-threads N] [--move-bytes B] [--state-bytes B]"
     );
     std::process::exit(2)
 }
 
 fn parse(args: &[String]) -> Options {
     let mut o = Options {
+        server: "tungstenite".into(),
         games: 1000,
         duration: Duration::from_secs(10),
         server_threads: 2,
@@ -65,6 +70,13 @@ fn parse(args: &[String]) -> Options {
         let value = it
             .next()
             .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
+        if flag == "--server" {
+            if !["tungstenite", "actix"].contains(&value.as_str()) {
+                usage(&format!("--server: tungstenite or actix, not {value}"));
+            }
+            o.server = value.clone();
+            continue;
+        }
         let n: u64 = value
             .parse()
             .unwrap_or_else(|_| usage(&format!("{flag}: not a whole number: {value}")));
@@ -86,9 +98,18 @@ fn parse(args: &[String]) -> Options {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("serve") {
-        let threads = args.get(1).and_then(|t| t.parse().ok()).unwrap_or(2);
-        let state_bytes = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(630);
-        serve(threads, state_bytes);
+        let threads = args.get(2).and_then(|t| t.parse().ok()).unwrap_or(2);
+        let state_bytes = args.get(3).and_then(|t| t.parse().ok()).unwrap_or(630);
+        // The driver holds this process's stdin: when it ends, however it ends, so does this.
+        std::thread::spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            std::process::exit(0);
+        });
+        let state: Arc<str> = "s".repeat(state_bytes).into();
+        match args.get(1).map(String::as_str) {
+            Some("actix") => serve_actix(threads, state),
+            _ => serve(threads, state),
+        }
         return;
     }
     let options = parse(&args);
@@ -104,14 +125,35 @@ fn config() -> WebSocketConfig {
 
 // ---- the server (child process) ----
 
-type Pairs = Arc<Mutex<HashMap<u64, [Option<mpsc::Sender<Message>>; 2]>>>;
+/// Each pair's two sockets' wake-ups: a message on a seat's channel asks its task to send
+/// the state.
+type Pairs = Arc<Mutex<HashMap<u64, [Option<mpsc::Sender<()>>; 2]>>>;
 
-fn serve(threads: usize, state_bytes: usize) {
-    // The driver holds this process's stdin: when it ends, however it ends, so does this.
-    std::thread::spawn(|| {
-        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-        std::process::exit(0);
-    });
+/// Reads "PAIR SEAT".
+fn hello(text: &str) -> Option<(u64, usize)> {
+    let mut parts = text.split_whitespace().map(|p| p.parse::<u64>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(pair)), Some(Ok(seat @ 0..=1))) => Some((pair, seat as usize)),
+        _ => None,
+    }
+}
+
+/// Registers a seat's socket; the receiver gets its wake-ups.
+fn register(pairs: &Pairs, pair: u64, seat: usize) -> mpsc::Receiver<()> {
+    let (tx, rx) = mpsc::channel(32);
+    pairs.lock().expect("the pairs").entry(pair).or_default()[seat] = Some(tx);
+    rx
+}
+
+/// Wakes the other seat of the pair, once it has registered; false if it cannot take it.
+fn wake_other(pairs: &Pairs, other: &mut Option<mpsc::Sender<()>>, pair: u64, seat: usize) -> bool {
+    if other.is_none() {
+        *other = pairs.lock().expect("the pairs")[&pair][1 - seat].clone();
+    }
+    other.as_ref().is_none_or(|o| o.try_send(()).is_ok())
+}
+
+fn serve(threads: usize, state: Arc<str>) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
@@ -121,7 +163,6 @@ fn serve(threads: usize, state_bytes: usize) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         println!("{}", listener.local_addr().expect("an address").port());
         let pairs: Pairs = Arc::default();
-        let state: Arc<str> = "s".repeat(state_bytes).into();
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
@@ -140,42 +181,115 @@ async fn connection(stream: TcpStream, pairs: Pairs, state: Arc<str>) {
     else {
         return;
     };
-    let Some(Ok(Message::Text(hello))) = ws.next().await else {
+    let Some(Ok(Message::Text(text))) = ws.next().await else {
         return;
     };
-    let mut parts = hello.split_whitespace().map(|p| p.parse::<u64>());
-    let (Some(Ok(pair)), Some(Ok(seat @ 0..=1))) = (parts.next(), parts.next()) else {
+    let Some((pair, seat)) = hello(&text) else {
         return;
     };
-    let (tx, mut rx) = mpsc::channel::<Message>(32);
-    pairs.lock().expect("the pairs").entry(pair).or_default()[seat as usize] = Some(tx);
+    let mut rx = register(&pairs, pair, seat);
     // Registered: the driver starts the clock only once every socket has heard this.
     if ws.send(Message::text("ok")).await.is_err() {
         return;
     }
-    let mut other: Option<mpsc::Sender<Message>> = None;
+    let mut other = None;
     loop {
         tokio::select! {
             frame = ws.next() => match frame {
                 Some(Ok(Message::Text(_))) => {
-                    if other.is_none() {
-                        other = pairs.lock().expect("the pairs")[&pair][1 - seat as usize].clone();
-                    }
-                    let frame = Message::text(&*state);
-                    if let Some(o) = &other {
-                        if o.try_send(frame.clone()).is_err() {
-                            return;
-                        }
-                    }
-                    if ws.send(frame).await.is_err() {
+                    if !wake_other(&pairs, &mut other, pair, seat)
+                        || ws.send(Message::text(&*state)).await.is_err()
+                    {
                         return;
                     }
                 }
                 Some(Ok(_)) => {}
                 _ => return,
             },
-            Some(frame) = rx.recv() => {
-                if ws.send(frame).await.is_err() {
+            Some(()) = rx.recv() => {
+                if ws.send(Message::text(&*state)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The same server on actix-web and actix-ws, as the hub runs them: `--server-threads`
+/// workers, TCP_NODELAY, a session task per socket beside its connection's.
+fn serve_actix(threads: usize, state: Arc<str>) {
+    let pairs: Pairs = Arc::default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    println!("{}", listener.local_addr().expect("an address").port());
+    let served = actix_web::rt::System::new().block_on(async move {
+        actix_web::HttpServer::new(move || {
+            let shared = (pairs.clone(), state.clone());
+            actix_web::App::new()
+                .app_data(actix_web::web::Data::new(shared))
+                .route("/", actix_web::web::get().to(actix_upgrade))
+        })
+        .workers(threads)
+        .tcp_nodelay(true)
+        .disable_signals()
+        .listen(listener)?
+        .run()
+        .await
+    });
+    served.expect("the actix server runs");
+}
+
+async fn actix_upgrade(
+    req: actix_web::HttpRequest,
+    body: actix_web::web::Payload,
+    shared: actix_web::web::Data<(Pairs, Arc<str>)>,
+) -> actix_web::HttpResponse {
+    match actix_ws::handle(&req, body) {
+        Ok((response, session, stream)) => {
+            let (pairs, state) = shared.get_ref().clone();
+            actix_web::rt::spawn(actix_connection(session, stream, pairs, state));
+            response
+        }
+        Err(_) => actix_web::HttpResponse::BadRequest().finish(),
+    }
+}
+
+async fn actix_connection(
+    mut session: actix_ws::Session,
+    mut stream: actix_ws::MessageStream,
+    pairs: Pairs,
+    state: Arc<str>,
+) {
+    let Some(Ok(actix_ws::Message::Text(text))) = stream.next().await else {
+        return;
+    };
+    let Some((pair, seat)) = hello(&text) else {
+        return;
+    };
+    let mut rx = register(&pairs, pair, seat);
+    if session.text("ok").await.is_err() {
+        return;
+    }
+    let mut other = None;
+    loop {
+        tokio::select! {
+            frame = stream.next() => match frame {
+                Some(Ok(actix_ws::Message::Text(_))) => {
+                    if !wake_other(&pairs, &mut other, pair, seat)
+                        || session.text(&*state).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Some(Ok(actix_ws::Message::Ping(bytes))) => {
+                    if session.pong(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                _ => return,
+            },
+            Some(()) = rx.recv() => {
+                if session.text(&*state).await.is_err() {
                     return;
                 }
             }
@@ -219,6 +333,7 @@ fn drive(o: &Options) {
     let child = Command::new(exe)
         .args([
             "serve",
+            &o.server,
             &o.server_threads.to_string(),
             &o.state_bytes.to_string(),
         ])
@@ -329,8 +444,8 @@ fn report(o: &Options, moves: u64, mut latencies: Vec<u32>, elapsed: Duration, c
         }
     };
     println!(
-        "relay floor: {} games, {} server threads, {} B moves, {} B states",
-        o.games, o.server_threads, o.move_bytes, o.state_bytes
+        "relay floor: {} server, {} games, {} server threads, {} B moves, {} B states",
+        o.server, o.games, o.server_threads, o.move_bytes, o.state_bytes
     );
     println!(
         "  {:.0} moves/s ({} moves in {:.1} s)",
