@@ -19,7 +19,9 @@
 //!   `not_found`.
 //! - `open/{person}/{inbox}/{game}`: the host's open games, for the per-person cap.
 //! - `held/{inbox}/{game}/{seat}`: a rock-paper-scissors choice was held in memory; if the
-//!   hub restarts before committing it, the seat is told (`held_choice_lost`).
+//!   hub restarts before committing it, the seat is told (`held_choice_lost`). A choice is
+//!   answered `held` only once its mark is stored, so a hub stopped right after the answer
+//!   still tells the seat.
 //!
 //! What this module deliberately does not do: judge events, or write to the inbox. It
 //! answers "which seat is this" and "what was registered"; the facade enforces it.

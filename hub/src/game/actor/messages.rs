@@ -79,8 +79,33 @@ impl Handler<DraftMove> for GameActor {
 pub enum Chosen {
     /// It is the seat's commit turn: append this commit.
     Commit(Posting),
-    /// Not its turn yet: held, committed on its turn. The seat's state.
-    Held(Box<GameState>),
+    /// Not its turn yet: held, committed on its turn. The seat's state, and, when the seat
+    /// had no choice held before, the durable mark that tells it after a restart that the
+    /// choice was lost: the answer waits for it ([`Held::marked`]).
+    Held(Held),
+}
+
+/// A held choice's answer.
+#[derive(Debug)]
+pub struct Held {
+    pub state: Box<GameState>,
+    /// Resolves once the seat's held mark is in the store (true) or could not be put
+    /// (false). Written by the actor, so that it stays ordered with the mark's removal
+    /// when the choice is committed.
+    pub marked: Option<oneshot::Receiver<bool>>,
+}
+
+impl Held {
+    /// Waits until the seat's held mark is in the store, so that a hub stopping right after
+    /// the answer still tells the seat, when it is back, that its choice was lost.
+    pub async fn marked(self) -> Box<GameState> {
+        if let Some(marked) = self.marked {
+            if !marked.await.unwrap_or(false) {
+                tracing::warn!("a held choice's mark could not be stored: a restart would lose the choice without telling its seat");
+            }
+        }
+        self.state
+    }
 }
 
 /// A hub-held seat's rock-paper-scissors choice.
@@ -144,18 +169,25 @@ impl Handler<Choose> for GameActor {
             return Ok(Chosen::Commit(draft));
         }
         self.choice[s] = Some(msg.choice);
+        let mut marked = None;
         if !self.held[s] {
             self.held[s] = true;
             let engine = self.engine.clone();
             let (inbox, game, seat) = (self.inbox.clone(), self.game.clone(), msg.seat);
+            let (done, rx) = oneshot::channel();
             actix::spawn(async move {
-                let _ = engine.seats.mark_held(&inbox, &game, seat).await;
+                let stored = engine.seats.mark_held(&inbox, &game, seat).await.is_ok();
+                let _ = done.send(stored);
             });
+            marked = Some(rx);
             self.engine.metrics.held_choices.inc();
         }
         // It may be this seat's commit turn with a write of ours in flight: commit then.
         self.write_owed(ctx);
-        Ok(Chosen::Held(Box::new(self.state(Viewer::Seat(msg.seat))?)))
+        Ok(Chosen::Held(Held {
+            state: Box::new(self.state(Viewer::Seat(msg.seat))?),
+            marked,
+        }))
     }
 }
 

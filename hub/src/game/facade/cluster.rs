@@ -293,7 +293,10 @@ impl Hub {
                 let (capture, hash) = self.append_for(inbox, game, seat, draft).await?;
                 Ok(Forwarded::Appended(capture, hash))
             }
-            Chosen::Held(_) => Ok(Forwarded::Held),
+            Chosen::Held(held) => {
+                held.marked().await;
+                Ok(Forwarded::Held)
+            }
         }
     }
 

@@ -248,11 +248,11 @@ impl Hub {
         };
         match self.engine.ask(&auth.inbox, &auth.game, msg).await?? {
             Chosen::Commit(draft) => self.append_draft(auth, draft).await,
-            Chosen::Held(state) => Ok(Posted {
+            Chosen::Held(held) => Ok(Posted {
                 capture: None,
                 hash: None,
                 verdict: Verdict::Held,
-                state: Some(super::SharedState::new(*state)),
+                state: Some(super::SharedState::new(*held.marked().await)),
                 refusal: None,
             }),
         }
