@@ -21,10 +21,10 @@
 //! WebSocket frames on loopback TCP.
 //!
 //! Usage: `relay_floor [--server tungstenite|actix] [--games G] [--duration S]
-//! [--server-threads N] [--move-bytes B] [--state-bytes B]`; the sizes default to those of an unsigned tic-tac-toe game's frames
-//! on the hub (a `game.move` about 60 bytes, a `game.state` about 630). Everything binds to
-//! 127.0.0.1; the child stops with the driver (it exits when its stdin, held by the
-//! driver, closes).
+//! [--server-threads N] [--move-bytes B] [--state-bytes B]`; the sizes default to those of
+//! an unsigned tic-tac-toe game's frames on the hub (a `game.move` about 60 bytes, a
+//! `game.state` about 630). Everything binds to 127.0.0.1; the child stops with the driver
+//! (it exits when its stdin, held by the driver, closes).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -174,8 +174,8 @@ fn serve(threads: usize, state: Arc<str>) {
 }
 
 /// One socket: the first text frame names its pair and seat ("PAIR SEAT") and is answered
-/// "ok" once registered; every later one is a move, answered with a state frame here and one
-/// to the other seat's task.
+/// "ok" once registered; every later one is a move, answered with a state frame here, and
+/// the other seat's task is woken to send it one too.
 async fn connection(stream: TcpStream, pairs: Pairs, state: Arc<str>) {
     let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config())).await
     else {
@@ -406,14 +406,14 @@ async fn play(mut pair: Vec<Ws>, mv: Arc<str>, deadline: Instant) -> (u64, Vec<u
     let mut moves = 0;
     let mut latencies = Vec::new();
     let mut mover = 0;
+    // A frame that does not come within a second of the deadline ends this pair's play.
+    let give_up = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
     while Instant::now() < deadline {
         let sent = Instant::now();
         if pair[mover].send(Message::text(&*mv)).await.is_err() {
             break;
         }
         let other = 1 - mover;
-        // A frame that does not come within a second of the deadline ends this pair's play.
-        let give_up = tokio::time::Instant::from_std(deadline + Duration::from_secs(1));
         let Ok(Some(Ok(_))) = tokio::time::timeout_at(give_up, pair[other].next()).await else {
             break;
         };

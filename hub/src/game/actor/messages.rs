@@ -101,7 +101,7 @@ impl Held {
     pub async fn marked(self) -> Box<GameState> {
         if let Some(marked) = self.marked {
             if !marked.await.unwrap_or(false) {
-                tracing::warn!("a held choice's mark could not be stored: a restart would lose the choice without telling its seat");
+                tracing::warn!("held choice's mark not stored: a restart would not tell its seat");
             }
         }
         self.state
