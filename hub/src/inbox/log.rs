@@ -11,12 +11,14 @@
 //! the process died, never acknowledged — and the segment is cut there. The same damage in
 //! an older segment is not a torn tail but lost data, and open refuses it.
 //!
-//! The newest segment is allocated ahead of its data, [`PREALLOCATE`] bytes at a time
-//! (`fallocate`, which reads back as zeros), so an append does not change the file's size:
-//! the `fdatasync` after it then writes the data alone, not the inode and the block
-//! bitmaps too, which made it about a quarter slower and costlier here. A frame is never
-//! empty, so a zero header is where the data ends; the zeros after it are cut silently at
-//! open (they are not a torn tail), when a segment is closed, and when the log is dropped.
+//! The newest segment is allocated ahead of its data by writing zeros (from
+//! [`AHEAD_MIN`] bytes at a time, doubling up to [`AHEAD_MAX`]), so an append neither
+//! changes the file's size nor lands in space the file system has yet to initialise: the
+//! `fdatasync` after it then writes the data alone, not the inode, the block bitmaps or an
+//! extent's conversion from unwritten to written (which `fallocate`d space needs on its
+//! first write). A frame is never empty, so a zero header is where the data ends; the
+//! zeros after it are cut silently at open (they are not a torn tail), when a segment is
+//! closed, and when the log is dropped.
 //!
 //! What it deliberately does not do: interpret payloads, keep an index, compact, or decide
 //! when to fsync. Its owner batches frames and calls [`SegmentLog::write_batch`] once per
@@ -37,8 +39,13 @@ use super::StoreError;
 pub const HEADER: usize = 8;
 /// No payload this store writes comes near this; a larger length field is damage.
 pub const MAX_PAYLOAD: usize = 16 << 20;
-/// How far ahead of its data the newest segment is allocated, at a time.
-pub const PREALLOCATE: u64 = 1 << 20;
+/// The first stretch of zeros a segment is allocated ahead with: a store that holds
+/// little (the tests open hundreds) writes little.
+pub const AHEAD_MIN: u64 = 64 << 10;
+/// The longest: each stretch is as long as the segment's allocation so far, up to this.
+pub const AHEAD_MAX: u64 = 1 << 20;
+/// What the zeros are written from (in `.bss`: reading it costs no memory).
+static ZEROS: [u8; AHEAD_MIN as usize] = [0; AHEAD_MIN as usize];
 
 /// Group-commit pacing for a log's single writer: while several callers share the
 /// batches (the last fsync had more than `siblings` requests waiting for it), a batch does
@@ -151,8 +158,6 @@ pub struct SegmentLog {
     active_len: u64,
     /// The active segment's size on disk: `active_len` plus the zeros allocated ahead.
     allocated: u64,
-    /// False once the file system refused `fallocate`: appends then grow the file.
-    preallocate: bool,
 }
 
 /// Appends one frame holding whatever `payload` writes into `out`.
@@ -268,7 +273,6 @@ impl SegmentLog {
             active_index,
             active_len,
             allocated: active_len,
-            preallocate: true,
         };
         Ok((log, replayed))
     }
@@ -299,37 +303,29 @@ impl SegmentLog {
         Ok((self.active_index, self.active_len))
     }
 
-    /// Allocates the active segment ahead when `len` more bytes would pass its allocation.
-    /// A file system without `fallocate` is not an error: the file then grows by appends.
+    /// Allocates the active segment ahead when `len` more bytes would pass its allocation:
+    /// writes zeros up to past the end of those bytes, a stretch at least as long as the
+    /// allocation so far (from [`AHEAD_MIN`] to [`AHEAD_MAX`]). They reach the disk with
+    /// the next `fdatasync`, once; every later one within them writes data alone.
     fn allocate_for(&mut self, len: u64) -> Result<(), StoreError> {
         let end = self.active_len + len;
-        if !self.preallocate || end <= self.allocated {
+        if end <= self.allocated {
             return Ok(());
         }
-        let target = end.next_multiple_of(PREALLOCATE);
-        let (Ok(offset), Ok(more)) = (
-            libc::off_t::try_from(self.allocated),
-            libc::off_t::try_from(target - self.allocated),
-        ) else {
-            self.preallocate = false;
-            return Ok(());
-        };
-        use std::os::fd::AsRawFd;
-        // SAFETY: plain system call on a file descriptor this log owns.
-        let done = unsafe { libc::fallocate(self.active.as_raw_fd(), 0, offset, more) };
-        if done == 0 {
-            self.allocated = target;
-            return Ok(());
+        let step = self
+            .allocated
+            .clamp(AHEAD_MIN, AHEAD_MAX)
+            .next_power_of_two()
+            .min(AHEAD_MAX);
+        let target = end.next_multiple_of(step);
+        let mut at = self.allocated;
+        while at < target {
+            let n = (target - at).min(AHEAD_MIN) as usize;
+            self.active.write_all_at(&ZEROS[..n], at)?;
+            at += n as u64;
         }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL) => {
-                tracing::info!(error = %err, "the file system cannot allocate ahead; log files grow by appends");
-                self.preallocate = false;
-                Ok(())
-            }
-            _ => Err(err.into()),
-        }
+        self.allocated = target;
+        Ok(())
     }
 
     /// Gives back the zeros allocated past the data of the active segment.
@@ -502,10 +498,7 @@ mod tests {
         let buf = batch(&[b"one", b"two"]);
         log.reserve(buf.len()).expect("reserve");
         log.write_batch(&buf, true).expect("write");
-        if !log.preallocate {
-            panic!("this file system refused fallocate; the test needs one that takes it");
-        }
-        assert_eq!(len_of(&path), PREALLOCATE, "allocated ahead of the data");
+        assert_eq!(len_of(&path), AHEAD_MIN, "allocated ahead of the data");
         // Closed in good order: exactly the frames.
         drop(log);
         assert_eq!(len_of(&path), buf.len() as u64);
@@ -518,7 +511,7 @@ mod tests {
         log.reserve(more.len()).expect("reserve");
         log.write_batch(&more, true).expect("write");
         std::mem::forget(log);
-        assert_eq!(len_of(&path), PREALLOCATE);
+        assert_eq!(len_of(&path), AHEAD_MIN);
         let (log, replayed, seen) = collect(dir.path(), 1 << 30);
         assert_eq!((replayed.frames, replayed.truncated), (3, 0));
         assert_eq!(seen.len(), 3);
@@ -538,6 +531,33 @@ mod tests {
         let (_, replayed, seen) = collect(dir.path(), 1 << 30);
         assert_eq!(seen.len(), 3);
         assert_eq!(replayed.truncated, (torn.len() - 2) as u64);
+    }
+
+    #[test]
+    fn each_stretch_allocated_ahead_doubles_up_to_the_longest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), "t", 0);
+        let (mut log, _, _) = collect(dir.path(), 1 << 30);
+        let big = vec![7u8; 40 << 10];
+        let mut sizes = Vec::new();
+        while log.active_len() < 3 * AHEAD_MAX {
+            let buf = batch(&[&big]);
+            log.reserve(buf.len()).expect("reserve");
+            log.write_batch(&buf, false).expect("write");
+            let len = len_of(&path);
+            assert!(len >= log.active_len(), "the data is inside the allocation");
+            if sizes.last() != Some(&len) {
+                sizes.push(len);
+            }
+        }
+        let k = AHEAD_MIN;
+        assert_eq!(sizes[..5], [k, 2 * k, 4 * k, 8 * k, 16 * k]);
+        let steps: Vec<u64> = sizes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(steps.iter().all(|&s| s <= AHEAD_MAX), "{steps:?}");
+        assert_eq!(steps.last(), Some(&AHEAD_MAX));
+        drop(log);
+        let (_, replayed, _) = collect(dir.path(), 1 << 30);
+        assert_eq!(replayed.truncated, 0);
     }
 
     #[test]
