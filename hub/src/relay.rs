@@ -19,7 +19,7 @@ use std::sync::Arc;
 use ::relay::{Failure, Games, Outcome, SeatRef, StateFrame};
 use async_trait::async_trait;
 use games::{Seat, Viewer};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::game::{Hub, HubError, Posted, SeatAuth, SharedState, Verdict};
@@ -215,11 +215,7 @@ impl Games for HubGames {
 
     async fn play(&self, seat: &SeatRef, mv: Value) -> Result<Outcome, Failure> {
         self.charge(seat).await?;
-        let posted = self
-            .hub
-            .post_move(&auth(seat), json!({ "move": mv }))
-            .await
-            .map_err(failure)?;
+        let posted = self.hub.play(&auth(seat), mv).await.map_err(failure)?;
         self.outcome(seat, posted).await
     }
 

@@ -215,28 +215,50 @@ impl Hub {
         let Value::Object(mut body) = body else {
             return Err(HubError::Input(Refusal::with(Reason::Schema, "move")));
         };
-        let choice = match (body.remove("choice"), body.remove("move")) {
-            (Some(c), None) if body.is_empty() => Some(Value::Object(
-                [("choice".to_string(), c)]
+        match (body.remove("choice"), body.remove("move")) {
+            (Some(c), None) if body.is_empty() => {
+                let choice = [("choice".to_string(), c)]
                     .into_iter()
-                    .collect::<Map<_, _>>(),
-            )),
-            (None, Some(Value::Object(mv))) if body.is_empty() => {
-                let mv = Value::Object(mv);
-                if mv.get("choice").is_some() && self.is_custodial_game(&reg) {
-                    Some(mv)
-                } else {
-                    return self.write_for(auth, Some(mv)).await;
-                }
+                    .collect::<Map<_, _>>();
+                self.choose(auth, Value::Object(choice)).await
             }
+            (None, Some(mv)) if body.is_empty() => self.play_held(auth, &reg, mv).await,
             (_, _) => {
                 let field = body.keys().next().cloned().unwrap_or_else(|| "move".into());
-                return Err(HubError::Input(Refusal::with(Reason::Schema, field)));
+                Err(HubError::Input(Refusal::with(Reason::Schema, field)))
             }
-        };
-        let choice = choice
-            .as_ref()
-            .and_then(custody::parse_choice)
+        }
+    }
+
+    /// A hub-held seat's move as the relay's `game.move` carries it (what `post_move` takes
+    /// under `"move"`), without wrapping it in a body only to take it out again.
+    pub async fn play(&self, auth: &SeatAuth, mv: Value) -> Result<Posted, HubError> {
+        let reg = self.hub_held(auth).await?;
+        self.play_held(auth, &reg, mv).await
+    }
+
+    /// A move object for a seat `hub_held` allowed: a choice in a custodial game, anything
+    /// else a move the actor drafts.
+    async fn play_held(
+        &self,
+        auth: &SeatAuth,
+        reg: &Registration,
+        mv: Value,
+    ) -> Result<Posted, HubError> {
+        if !mv.is_object() {
+            return Err(HubError::Input(Refusal::with(Reason::Schema, "move")));
+        }
+        if mv.get("choice").is_some() && self.is_custodial_game(reg) {
+            self.choose(auth, mv).await
+        } else {
+            self.write_for(auth, Some(mv)).await
+        }
+    }
+
+    /// A rock-paper-scissors choice (`{"choice": …}`) for a hub-held seat: committed now
+    /// when it is the seat's turn to commit, else held until it is.
+    async fn choose(&self, auth: &SeatAuth, choice: Value) -> Result<Posted, HubError> {
+        let choice = custody::parse_choice(&choice)
             .ok_or_else(|| HubError::Refused(Refusal::with(Reason::IllegalMove, "bad_move")))?;
         self.check_capture_cap(&auth.inbox, &auth.game).await?;
         if let Some(posted) = self.forward_choice(auth, choice).await? {
