@@ -20,6 +20,7 @@ use games::key::GameIds;
 use tokio::sync::watch;
 
 use super::actor::{Deliver, GameActor, Snapshot};
+use super::desk::{Desk, Tip};
 use super::seats::Seats;
 use super::types::Listed;
 use super::waiters::Waiters;
@@ -45,8 +46,15 @@ pub struct Engine {
     /// How many of those entries are started and in progress, and finished, kept as
     /// entries change: the games gauge does not walk every game the hub has seen.
     listed: [AtomicI64; 2],
-    actors: DashMap<GameKey, Addr<GameActor>>,
+    actors: DashMap<GameKey, Resident>,
     arbiters: Vec<ArbiterHandle>,
+}
+
+/// A resident game: its actor, and the desk it shares with posters' threads.
+#[derive(Clone)]
+struct Resident {
+    addr: Addr<GameActor>,
+    desk: Arc<Desk>,
 }
 
 impl Engine {
@@ -77,27 +85,44 @@ impl Engine {
 
     /// The game's actor, started (and rebuilding) if it was not resident.
     pub fn actor(self: &Arc<Self>, inbox: &str, game: &str) -> Addr<GameActor> {
-        if let Some(addr) = self.actors.get(&(inbox, game) as &dyn GameIds) {
-            if addr.connected() {
-                return addr.clone();
+        if let Some(r) = self.actors.get(&(inbox, game) as &dyn GameIds) {
+            if r.addr.connected() {
+                return r.addr.clone();
             }
         }
-        let shard = self.inbox.shard_of(inbox, game) as usize;
+        let shard = self.inbox.shard_of(inbox, game);
         let engine = self.clone();
         let mut entry = self
             .actors
             .entry((inbox.to_string(), game.to_string()))
-            .or_insert_with(|| spawn_actor(&engine, &self.arbiters, shard, inbox, game));
-        if !entry.connected() {
-            *entry = spawn_actor(&engine, &self.arbiters, shard, inbox, game);
+            .or_insert_with(|| spawn_actor(&engine, self.arbiter_of(shard), inbox, game));
+        if !entry.addr.connected() {
+            *entry = spawn_actor(&engine, self.arbiter_of(shard), inbox, game);
         }
-        entry.clone()
+        entry.addr.clone()
+    }
+
+    /// The desk of the game's actor and the head on it, when the actor is resident and
+    /// has a started chain to draft on (never in a cluster): see [`Desk`].
+    pub fn desk(&self, inbox: &str, game: &str) -> Option<(Arc<Desk>, Tip)> {
+        let r = self.actors.get(&(inbox, game) as &dyn GameIds)?;
+        if !r.addr.connected() {
+            return None;
+        }
+        let tip = r.desk.tip()?;
+        Some((r.desk.clone(), tip))
+    }
+
+    /// The thread that runs `shard`'s actors.
+    pub fn arbiter_of(&self, shard: u32) -> Option<&ArbiterHandle> {
+        self.arbiters
+            .get(shard as usize % self.arbiters.len().max(1))
     }
 
     /// Forgets `addr` as the game's actor (it is stopping).
     pub fn forget(&self, inbox: &str, game: &str, addr: &Addr<GameActor>) {
         self.actors
-            .remove_if(&(inbox, game) as &dyn GameIds, |_, a| a == addr);
+            .remove_if(&(inbox, game) as &dyn GameIds, |_, r| &r.addr == addr);
     }
 
     /// True when this node writes for `shard`: always on a single hub, while it holds the
@@ -318,14 +343,20 @@ impl Engine {
 
 fn spawn_actor(
     engine: &Arc<Engine>,
-    arbiters: &[ArbiterHandle],
-    shard: usize,
+    arbiter: Option<&ArbiterHandle>,
     inbox: &str,
     game: &str,
-) -> Addr<GameActor> {
-    let actor = GameActor::new(engine.clone(), inbox.to_string(), game.to_string());
-    match arbiters.get(shard % arbiters.len().max(1)) {
+) -> Resident {
+    let desk = Arc::new(Desk::default());
+    let actor = GameActor::new(
+        engine.clone(),
+        inbox.to_string(),
+        game.to_string(),
+        desk.clone(),
+    );
+    let addr = match arbiter {
         Some(arbiter) => GameActor::start_in_arbiter(arbiter, move |_| actor),
         None => actor.start(),
-    }
+    };
+    Resident { addr, desk }
 }

@@ -17,6 +17,7 @@
 mod actor;
 mod consumer;
 pub mod custody;
+mod desk;
 mod engine;
 mod error;
 mod facade;

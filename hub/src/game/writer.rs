@@ -7,13 +7,14 @@
 //! any posted event: the hub gets no shortcut past its own referee. A second writer racing
 //! it (the seat's own other tab, say) simply gets `stale_seq`.
 //!
-//! Keys are derived from the hub secret. A game's actor keeps the two it has derived
-//! ([`SeatKeys`]) for as long as it lives: deriving one (HKDF, then the Ed25519 public
-//! point) cost more than the signature it is for, on every hub-held move.
+//! Keys are derived from the hub secret. A game's desk (`super::desk`, shared by its actor
+//! and the posters' threads) keeps the two it has derived ([`SeatKeys`]) for as long as
+//! the actor lives: deriving one (HKDF, then the Ed25519 public point) cost more than the
+//! signature it is for, on every hub-held move.
 //!
 //! What it deliberately does not do: decide *whether* the hub may write for a seat (the
 //! facade and the actor check that against the registration), or keep keys anywhere but
-//! in the game's actor (they are dropped, and wiped, with it).
+//! on the game's desk (they are dropped, and wiped, with it and its actor).
 
 use bytes::Bytes;
 use games::verify::Prepared;
@@ -31,8 +32,8 @@ pub struct Draft {
     pub seat: Seat,
 }
 
-/// What appending a draft takes: its bytes as stored, its hash and its seat. The actor
-/// keeps the draft itself (see `GameActor::drafts`) and hands out only this, so a draft is
+/// What appending a draft takes: its bytes as stored, its hash and its seat. The game's
+/// desk keeps the draft itself (`Desk::draft`) and hands out only this, so a draft is
 /// never copied.
 #[derive(Clone, Debug)]
 pub struct Posting {

@@ -24,7 +24,6 @@ pub use cluster::{CatchUp, Kick, Retire, TakenOver};
 pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,12 +34,13 @@ use games::{Action, Event, Seat, Viewer};
 use tokio::sync::oneshot;
 
 use super::custody::{self, Custodian};
+use super::desk::{Desk, Tip};
 use super::engine::Engine;
 use super::seats::Registration;
 use super::state::{self, GameState, KeysView, Notice, Phase, ResultView, SharedState};
 use super::types::{GameSummary, Listed, Verdict};
 use super::waiters::Outcome;
-use super::writer::{self, Draft, Posting};
+use super::writer::{self, Posting};
 use super::HubError;
 use crate::inbox::{Capture, Record, StoredVerdict};
 use crate::rooms::{Cause, Publication, Views, Watchers};
@@ -48,9 +48,6 @@ use crate::rooms::{Cause, Publication, Views, Watchers};
 /// After this many consecutive failed hub writes the actor stops retrying until the next
 /// accepted event, so a write the referee keeps refusing cannot fill the inbox.
 const MAX_WRITE_FAILURES: u32 = 3;
-
-/// How many of its own drafts an actor remembers until they come back from the inbox.
-const MAX_DRAFTS: usize = 8;
 
 /// How long an idle actor keeps reading its mailbox after leaving the directory.
 const STOP_GRACE: Duration = Duration::from_millis(200);
@@ -86,14 +83,12 @@ pub struct GameActor {
     held: [bool; 2],
     /// Per seat: a held choice was lost to a restart.
     lost: [bool; 2],
-    /// The hub-held seats' signing keys, derived once per actor life.
-    keys: writer::SeatKeys,
     /// The hash of an event the hub is writing on its own and has not seen adjudicated.
     writing: Option<String>,
-    /// Events this actor drafted (a hub-held seat's moves, the hub's own writes) that have
-    /// not come back from the inbox yet: when one does, byte for byte, it is not parsed,
-    /// hashed or its signature verified again.
-    drafts: VecDeque<Draft>,
+    /// The head, keys and drafts shared with posters' threads ([`Desk`]). Events drafted
+    /// there or here (a hub-held seat's moves, the hub's own writes) that come back from
+    /// the inbox byte for byte are not parsed, hashed or their signature verified again.
+    desk: Arc<Desk>,
     write_failures: u32,
     /// Answered when the game gets its start (`pair` waits on it).
     start_waiters: Vec<oneshot::Sender<()>>,
@@ -106,7 +101,7 @@ pub struct GameActor {
 }
 
 impl GameActor {
-    pub fn new(engine: Arc<Engine>, inbox: String, game: String) -> Self {
+    pub fn new(engine: Arc<Engine>, inbox: String, game: String, desk: Arc<Desk>) -> Self {
         let chain = GameChain::new(&engine.config.registry);
         GameActor {
             engine,
@@ -118,9 +113,8 @@ impl GameActor {
             choice: [None, None],
             held: [false, false],
             lost: [false, false],
-            keys: writer::SeatKeys::default(),
             writing: None,
-            drafts: VecDeque::new(),
+            desk,
             write_failures: 0,
             start_waiters: Vec::new(),
             listed: None,
@@ -135,16 +129,7 @@ impl GameActor {
 
     /// Offers one record to the chain. Returns the verdict and the event's hash.
     fn judge(&mut self, record: &Record) -> (ChainVerdict, Option<String>, Option<Event>) {
-        let own = self
-            .drafts
-            .iter()
-            .position(|d| d.raw == record.raw && Some(d.seat) == record.seat)
-            .and_then(|i| self.drafts.remove(i));
-        if self.drafts.is_empty() {
-            // Most games have one draft in flight at a time: give the room back rather
-            // than keep it for every resident game.
-            self.drafts = VecDeque::new();
-        }
+        let own = self.desk.take(&record.raw, record.seat);
         let (event, prepared) = match own {
             Some(draft) => (draft.event, draft.prepared),
             None => match Event::parse(&record.raw) {
@@ -177,6 +162,7 @@ impl GameActor {
                 verdict = ChainVerdict::Rejected(Refusal::with(Reason::BadRules, "inbox"));
             }
         }
+        self.share_tip();
         (verdict, Some(prepared.hash), Some(event))
     }
 
@@ -526,15 +512,12 @@ impl GameActor {
         if !owner && !self.held.contains(&true) {
             return;
         }
-        let secret = &self.engine.config.secret;
         if !self.chain.is_started() {
             if !owner {
                 return;
             }
             if reg.paired && reg.hub_writes_start() && !self.chain.is_skipped() {
-                let draft =
-                    writer::finish(secret, &self.inbox, writer::start_event(&reg), reg.signed);
-                let posting = self.remember(draft);
+                let posting = self.draft(writer::start_event(&reg), reg.signed);
                 self.spawn_write(posting, ctx);
             }
             return;
@@ -581,26 +564,23 @@ impl GameActor {
     }
 
     /// An event the hub writes for a seat, signed with that seat's key when `signed`.
-    fn draft(&mut self, event: Event, signed: bool) -> Posting {
-        let key = if signed {
-            let secret = &self.engine.config.secret;
-            Some(self.keys.get(secret, &self.inbox, &self.game, event.player))
-        } else {
-            None
-        };
-        let draft = writer::finish_with(key, event);
-        self.remember(draft)
+    fn draft(&self, event: Event, signed: bool) -> Posting {
+        self.desk
+            .draft(&self.engine.config.secret, &self.inbox, event, signed)
     }
 
-    /// Keeps a draft until it comes back from the inbox (see `drafts`); what appending it
-    /// takes is returned.
-    fn remember(&mut self, draft: Draft) -> Posting {
-        if self.drafts.len() == MAX_DRAFTS {
-            self.drafts.pop_front();
-        }
-        let posting = draft.posting();
-        self.drafts.push_back(draft);
-        posting
+    /// Puts the chain's head on the desk, for posters to draft on (never in a cluster,
+    /// where this actor may be a copy of a game another node adjudicates).
+    fn share_tip(&self) {
+        let tip = match (self.chain.seq(), self.chain.head()) {
+            (Some(seq), Some(head)) if self.engine.config.cluster.is_none() => Some(Tip {
+                seq,
+                head: head.to_string(),
+                signed: self.chain.signed(),
+            }),
+            _ => None,
+        };
+        self.desk.set_tip(tip);
     }
 
     fn spawn_write(&mut self, draft: Posting, ctx: &mut Context<Self>) {

@@ -522,11 +522,21 @@ impl Hub {
         if let Some(posted) = self.forward_write(auth, mv.as_ref()).await? {
             return Ok(posted);
         }
-        let msg = DraftMove {
-            seat: auth.seat,
-            mv,
+        // Drafted here on the head the actor left on its desk when it can be, so the
+        // move reaches the inbox without a round trip through the actor's thread.
+        let draft = match self.engine.desk(&auth.inbox, &auth.game) {
+            Some((desk, tip)) => {
+                let event = writer::next_event(&auth.game, tip.seq, &tip.head, auth.seat, mv);
+                desk.draft(&self.engine.config.secret, &auth.inbox, event, tip.signed)
+            }
+            None => {
+                let msg = DraftMove {
+                    seat: auth.seat,
+                    mv,
+                };
+                self.engine.ask(&auth.inbox, &auth.game, msg).await??
+            }
         };
-        let draft = self.engine.ask(&auth.inbox, &auth.game, msg).await??;
         self.append_draft(auth, draft).await
     }
 

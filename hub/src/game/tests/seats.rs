@@ -274,3 +274,26 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
 async fn pair_error(hub: &Hub, code: &str) -> Option<&'static str> {
     hub.pair(code, None).await.err().map(|e| e.code())
 }
+
+#[actix_rt::test]
+async fn two_moves_drafted_on_one_head_race_and_the_referee_refuses_the_second() {
+    // Both are drafted on the head the actor left on its desk; one is first in the inbox,
+    // and the other names a head that has moved on.
+    let f = open(config()).await;
+    let (x, _o) = seated(&f, "pipehub:connect-four", true).await;
+    let mv = json!({"col": 0});
+    let (a, b) = tokio::join!(f.hub.play(&x, mv.clone()), f.hub.play(&x, mv));
+    let mut verdicts = [a.expect("move"), b.expect("move")];
+    verdicts.sort_by_key(|p| p.verdict != Verdict::Accepted);
+    assert_eq!(verdicts[0].verdict, Verdict::Accepted);
+    assert_eq!(verdicts[1].verdict, Verdict::Rejected);
+    assert_eq!(
+        verdicts[1].refusal.as_ref().map(|r| r.reason),
+        Some(Reason::StaleSeq)
+    );
+    // The chain holds the one, signed and verifiable.
+    let export = f.hub.export(INBOX, &x.game).await.expect("export");
+    let report = verify_log(export.as_bytes(), Mode::Strict, &Registry::builtin());
+    assert_eq!(report[0].verdict, EntryVerdict::Ok);
+    assert_eq!(export.lines().count(), 2);
+}
