@@ -297,3 +297,32 @@ async fn two_moves_drafted_on_one_head_race_and_the_referee_refuses_the_second()
     assert_eq!(report[0].verdict, EntryVerdict::Ok);
     assert_eq!(export.lines().count(), 2);
 }
+
+#[actix_rt::test]
+async fn a_hub_held_move_after_the_actor_stopped_is_drafted_by_the_rebuilt_actor() {
+    // No actor, no desk to draft on: the move asks for the actor, which rebuilds the
+    // game from the store and drafts it on the stored head, signed with the seat's key.
+    let mut c = config();
+    c.actor_idle = Duration::from_millis(100);
+    let f = open(c).await;
+    let (x, o) = seated(&f, "pipehub:connect-four", true).await;
+    let p = f.hub.play(&x, json!({"col": 0})).await.expect("move");
+    assert_eq!(p.verdict, Verdict::Accepted);
+    for _ in 0..100 {
+        if f.hub.resident_actors() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.hub.resident_actors(), 0, "the idle actor stopped");
+    let p = f.hub.play(&o, json!({"col": 1})).await.expect("move");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    assert_eq!(p.state.and_then(|s| s.seq), Some(2));
+    // And the next move, with the actor resident again, is drafted on its desk.
+    let p = f.hub.play(&x, json!({"col": 0})).await.expect("move");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
+    let export = f.hub.export(INBOX, &x.game).await.expect("export");
+    let report = verify_log(export.as_bytes(), Mode::Strict, &Registry::builtin());
+    assert_eq!(report[0].verdict, EntryVerdict::Ok);
+    assert_eq!(export.lines().count(), 4);
+}
