@@ -51,7 +51,6 @@ pub struct Engine {
 }
 
 /// A resident game: its actor, and the desk it shares with posters' threads.
-#[derive(Clone)]
 struct Resident {
     addr: Addr<GameActor>,
     desk: Arc<Desk>,
@@ -114,7 +113,7 @@ impl Engine {
     }
 
     /// The thread that runs `shard`'s actors.
-    pub fn arbiter_of(&self, shard: u32) -> Option<&ArbiterHandle> {
+    fn arbiter_of(&self, shard: u32) -> Option<&ArbiterHandle> {
         self.arbiters
             .get(shard as usize % self.arbiters.len().max(1))
     }
