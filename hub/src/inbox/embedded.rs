@@ -124,6 +124,7 @@ impl EmbeddedInbox {
             index: RwLock::new(index),
             segments: log.segments(),
             watches,
+            fresh: (0..shards).map(|_| Default::default()).collect(),
             failed: AtomicBool::new(false),
             stats: WriterStats::default(),
         });
@@ -332,6 +333,11 @@ impl Inbox for EmbeddedInbox {
     ) -> Result<Vec<Record>, StoreError> {
         if shard >= self.shared.shards {
             return Err(StoreError::NoShard(shard));
+        }
+        // What the writer has just made durable is still in memory, as it was appended.
+        let fresh = self.shared.fresh[shard as usize].take(from, max);
+        if !fresh.is_empty() {
+            return Ok(fresh);
         }
         let slots = self.shared.index.read().shard_range(shard, from, max)?;
         Ok(self

@@ -223,6 +223,48 @@ async fn shards_read_in_order_and_indexes_split_games_and_inboxes() {
 }
 
 #[tokio::test]
+async fn a_shard_read_takes_fresh_records_from_memory_and_the_rest_from_disk() {
+    // What the writer just made durable is read from memory, once; a read of the same
+    // positions again, or of positions the memory no longer holds, reads the disk, and
+    // both give the same records.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let inbox = EmbeddedInbox::open(dir.path(), 1).expect("open");
+    for seq in 0..5u64 {
+        append(&inbox, "box", "g0", seq).await;
+    }
+    let kept = |inbox: &EmbeddedInbox| inbox.shared.fresh[0].len();
+    assert_eq!(kept(&inbox), 5);
+    let fresh = inbox.read_shard(0, 1, 2).await.expect("read");
+    assert_eq!(kept(&inbox), 3, "two taken from memory");
+    let again = inbox.read_shard(0, 1, 5).await.expect("read");
+    assert_eq!(kept(&inbox), 3, "read from disk: memory starts at 3");
+    let rest = inbox.read_shard(0, 3, 5).await.expect("read");
+    assert_eq!(kept(&inbox), 0, "the other three taken from memory");
+    let key = |r: &Record| {
+        (
+            r.capture,
+            r.inbox.clone(),
+            r.game.clone(),
+            r.seat,
+            r.raw.clone(),
+            r.at_ms,
+        )
+    };
+    assert_eq!(
+        fresh.iter().map(key).collect::<Vec<_>>(),
+        again[..2].iter().map(key).collect::<Vec<_>>()
+    );
+    assert_eq!(again.len(), 5);
+    assert_eq!(
+        rest.iter().map(key).collect::<Vec<_>>(),
+        again[2..].iter().map(key).collect::<Vec<_>>()
+    );
+    assert_eq!(fresh[1].raw, event("g0", 1));
+    // Past the end: nothing, from memory or disk.
+    assert!(inbox.read_shard(0, 6, 5).await.expect("read").is_empty());
+}
+
+#[tokio::test]
 async fn listing_cursors_walk_the_inbox_in_order() {
     let dir = tempfile::tempdir().expect("tempdir");
     let inbox = open(dir.path());

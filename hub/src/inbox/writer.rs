@@ -3,25 +3,28 @@
 //!
 //! Only after the fsync does it add the batch's events to the indexes, raise the shards'
 //! high-water marks and answer the appenders, so nothing a reader or a consumer sees can be
-//! lost to a crash. Verdicts are written with whatever batch comes next and fsynced with
+//! lost to a crash. Before raising a mark it also leaves the shard's new records, as they
+//! were appended, where the shard's consumer takes them ([`Fresh`]), so the consumer does
+//! not read back from disk what was written a moment ago. Verdicts are written with whatever batch comes next and fsynced with
 //! the next batch that has appends (or a sync request): they are recomputable.
 //!
 //! What it deliberately does not do: read, or decide positions from anything but the
 //! index, which only this thread extends.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use games::Seat;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::codec;
 use super::index::Index;
 use super::log::{self, FramePos, SegmentLog, Segments};
-use super::{Capture, StoreError, StoredVerdict};
+use super::{Capture, Record, StoreError, StoredVerdict};
 
 /// At most this many requests share one write and fsync, so one batch's latency stays
 /// bounded however many appenders wait.
@@ -56,12 +59,51 @@ pub struct WriterStats {
     pub max_batch: AtomicU64,
 }
 
+/// How many durable records a shard keeps in memory for its consumer; when the consumer is
+/// further behind than that, the oldest are dropped and it reads them from disk.
+const FRESH_MAX: usize = 1024;
+
+/// A shard's newest durable records that its consumer has not taken yet, in order.
+#[derive(Default)]
+pub(super) struct Fresh(Mutex<VecDeque<Record>>);
+
+impl Fresh {
+    fn push(&self, record: Record) {
+        let mut q = self.0.lock();
+        if q.len() == FRESH_MAX {
+            q.pop_front();
+        }
+        q.push_back(record);
+    }
+
+    /// Up to `max` records from position `from` on, taken out, when the oldest kept (after
+    /// dropping those before `from`) is at `from`; otherwise none (read them from disk).
+    pub(super) fn take(&self, from: u64, max: usize) -> Vec<Record> {
+        let mut q = self.0.lock();
+        while q.front().is_some_and(|r| r.capture.pos < from) {
+            q.pop_front();
+        }
+        if q.front().is_none_or(|r| r.capture.pos != from) {
+            return Vec::new();
+        }
+        let n = q.len().min(max);
+        q.drain(..n).collect()
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+}
+
 /// State shared by the handle, the writer thread and readers.
 pub(super) struct Shared {
     pub(super) shards: u32,
     pub(super) index: RwLock<Index>,
     pub(super) segments: Segments,
     pub(super) watches: Vec<watch::Sender<u64>>,
+    /// Per shard, what its consumer takes before reading the disk.
+    pub(super) fresh: Vec<Fresh>,
     pub(super) failed: AtomicBool,
     pub(super) stats: WriterStats,
 }
@@ -89,6 +131,8 @@ struct Pending {
     capture: Capture,
     inbox: String,
     game: String,
+    seat: Option<Seat>,
+    raw: Bytes,
     frame_index: usize,
     reply: oneshot::Sender<Result<Capture, StoreError>>,
 }
@@ -154,6 +198,8 @@ impl Writer {
                         capture,
                         inbox,
                         game,
+                        seat,
+                        raw,
                         frame_index: frames,
                         reply,
                     });
@@ -201,7 +247,7 @@ impl Writer {
                 return;
             }
         };
-        self.publish(pending, syncs, &buf, segment, base);
+        self.publish(pending, syncs, &buf, (segment, base), at_ms);
     }
 
     /// The batch is durable: index it, raise the high-water marks, answer the appenders.
@@ -210,8 +256,8 @@ impl Writer {
         pending: Vec<Pending>,
         syncs: Vec<oneshot::Sender<Result<(), StoreError>>>,
         buf: &[u8],
-        segment: u32,
-        base: u64,
+        (segment, base): (u32, u64),
+        at_ms: u64,
     ) {
         let offsets = log::frames_in(buf);
         let mut touched = vec![false; self.shared.shards as usize];
@@ -250,6 +296,24 @@ impl Writer {
                 .max_batch
                 .fetch_max(pending.len() as u64, Ordering::Relaxed);
         }
+        // The indexed records go where their consumers look first, before the marks that
+        // tell the consumers to look rise.
+        let mut replies = Vec::with_capacity(pending.len());
+        for (i, p) in pending.into_iter().enumerate() {
+            if i >= indexed {
+                replies.push((p.reply, Err(unavailable())));
+                continue;
+            }
+            self.shared.fresh[p.capture.shard as usize].push(Record {
+                capture: p.capture,
+                inbox: p.inbox,
+                game: p.game,
+                seat: p.seat,
+                raw: p.raw,
+                at_ms,
+            });
+            replies.push((p.reply, Ok(p.capture)));
+        }
         let index = self.shared.index.read();
         for (shard, touched) in touched.into_iter().enumerate() {
             if touched {
@@ -257,16 +321,48 @@ impl Writer {
             }
         }
         drop(index);
-        for (i, p) in pending.into_iter().enumerate() {
-            let _ = p.reply.send(if i < indexed {
-                Ok(p.capture)
-            } else {
-                Err(unavailable())
-            });
+        for (reply, answer) in replies {
+            let _ = reply.send(answer);
         }
         // What was written is durable, whether or not the index took it.
         for reply in syncs {
             let _ = reply.send(Ok(()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(pos: u64) -> Record {
+        Record {
+            capture: Capture { shard: 0, pos },
+            inbox: "box".into(),
+            game: "g".into(),
+            seat: None,
+            raw: Bytes::from_static(b"{}"),
+            at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn fresh_records_are_bounded_and_taken_only_from_where_the_reader_is() {
+        let fresh = Fresh::default();
+        for pos in 1..=(FRESH_MAX as u64 + 10) {
+            fresh.push(record(pos));
+        }
+        assert_eq!(fresh.len(), FRESH_MAX, "the oldest ten went");
+        // The reader is at 1, which memory no longer holds: it reads the disk.
+        assert!(fresh.take(1, 100).is_empty());
+        let from_11: Vec<u64> = fresh.take(11, 3).iter().map(|r| r.capture.pos).collect();
+        assert_eq!(from_11, [11, 12, 13]);
+        // A reader further on drops what it skipped.
+        assert_eq!(fresh.take(20, 1)[0].capture.pos, 20);
+        assert_eq!(fresh.len(), FRESH_MAX + 10 - 20);
+        assert!(
+            fresh.take(FRESH_MAX as u64 + 11, 5).is_empty(),
+            "nothing past the end"
+        );
     }
 }
