@@ -5,8 +5,9 @@
 //! high-water marks and answer the appenders, so nothing a reader or a consumer sees can be
 //! lost to a crash. Before raising a mark it also leaves the shard's new records, as they
 //! were appended, where the shard's consumer takes them ([`Fresh`]), so the consumer does
-//! not read back from disk what was written a moment ago. Verdicts are written with whatever batch comes next and fsynced with
-//! the next batch that has appends (or a sync request): they are recomputable.
+//! not read back from disk what was written a moment ago. Verdicts are written with
+//! whatever batch comes next and fsynced with the next batch that has appends (or a sync
+//! request): they are recomputable.
 //!
 //! What it deliberately does not do: read, or decide positions from anything but the
 //! index, which only this thread extends.
