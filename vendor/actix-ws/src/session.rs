@@ -292,7 +292,7 @@ mod tests {
             .await
             .unwrap();
 
-        match rx.recv().await {
+        match rx.recv().await.map(|m| *m) {
             Some(Message::Text(msg)) => {
                 let text: &str = msg.as_ref();
                 assert_eq!(text, "hello from sink");
@@ -322,7 +322,7 @@ mod tests {
         session.close(None).await.unwrap();
         assert!(clone.text("should fail").await.is_err());
 
-        match rx.recv().await {
+        match rx.recv().await.map(|m| *m) {
             Some(Message::Close(None)) => {}
             other => panic!("expected close frame, got: {other:?}"),
         }

@@ -585,7 +585,7 @@ pub(crate) mod tests {
                     "Stream should be pending when no messages are present"
                 );
 
-                let fut = tx.send(msg);
+                let fut = tx.send(Box::new(msg));
                 let fut = std::pin::pin!(fut);
 
                 assert!(fut.poll(cx).is_ready(), "Sending should not yield");
@@ -623,7 +623,7 @@ pub(crate) mod tests {
             assert!(stream.as_mut().poll_next(cx).is_pending());
 
             for msg in messages {
-                let fut = tx.send(msg);
+                let fut = tx.send(Box::new(msg));
                 let fut = std::pin::pin!(fut);
                 assert!(fut.poll(cx).is_ready(), "Sending should not yield");
             }
@@ -657,7 +657,7 @@ pub(crate) mod tests {
 
             // Send a Close frame but keep the sender alive (e.g. a `Session` clone held elsewhere).
             {
-                let fut = tx.send(Message::Close(None));
+                let fut = tx.send(Box::new(Message::Close(None)));
                 let fut = std::pin::pin!(fut);
                 assert!(fut.poll(cx).is_ready(), "Sending should not yield");
             }
@@ -713,7 +713,9 @@ pub(crate) mod tests {
             description: Some("a".repeat(200)),
         };
 
-        tx.send(Message::Close(Some(reason))).await.unwrap();
+        tx.send(Box::new(Message::Close(Some(reason))))
+            .await
+            .unwrap();
 
         let bytes = stream.next().await.unwrap().unwrap();
 
@@ -759,7 +761,9 @@ pub(crate) mod tests {
             description: Some(description),
         };
 
-        tx.send(Message::Close(Some(reason))).await.unwrap();
+        tx.send(Box::new(Message::Close(Some(reason))))
+            .await
+            .unwrap();
 
         let bytes = stream.next().await.unwrap().unwrap();
 
@@ -797,7 +801,7 @@ pub(crate) mod tests {
         let payload = Bytes::from(vec![0xAA; 200]);
         let expected = payload.slice(..super::MAX_CONTROL_PAYLOAD_BYTES);
 
-        tx.send(Message::Ping(payload)).await.unwrap();
+        tx.send(Box::new(Message::Ping(payload))).await.unwrap();
 
         let bytes = stream.next().await.unwrap().unwrap();
 
@@ -834,7 +838,7 @@ pub(crate) mod tests {
         let payload = Bytes::from(vec![0xBB; 200]);
         let expected = payload.slice(..super::MAX_CONTROL_PAYLOAD_BYTES);
 
-        tx.send(Message::Pong(payload)).await.unwrap();
+        tx.send(Box::new(Message::Pong(payload))).await.unwrap();
 
         let bytes = stream.next().await.unwrap().unwrap();
 

@@ -1537,5 +1537,9 @@ fn trace_timer_states(
 }
 
 #[cfg(test)]
+#[path = "dispatcher_tests.rs"]
+mod dispatcher_tests;
+
+#[cfg(test)]
 #[path = "dispatcher_buffer_tests.rs"]
 mod buffer_tests;
