@@ -63,10 +63,16 @@ impl Desk {
     /// Signs `event` with its player's hub-held key when `signed`, serializes it, and keeps
     /// the draft until it comes back; returns what appending it takes.
     pub fn draft(&self, secret: &[u8], inbox: &str, event: Event, signed: bool) -> Posting {
-        let mut inner = self.0.lock();
-        let key = signed.then(|| inner.keys.get(secret, inbox, &event.game, event.player));
-        let draft = writer::finish_with(key, event);
+        let key = signed.then(|| {
+            self.0
+                .lock()
+                .keys
+                .get(secret, inbox, &event.game, event.player)
+        });
+        // Hashed, signed and serialized outside the lock: the actor takes it to judge.
+        let draft = writer::finish_with(key.as_deref(), event);
         let posting = draft.posting();
+        let mut inner = self.0.lock();
         if inner.drafts.len() == MAX_DRAFTS {
             inner.drafts.pop_front();
         }

@@ -16,6 +16,8 @@
 //! facade and the actor check that against the registration), or keep keys anywhere but
 //! on the game's desk (they are dropped, and wiped, with it and its actor).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use games::verify::Prepared;
 use games::{crypto, Action, Event, Seat};
@@ -52,10 +54,12 @@ impl Draft {
     }
 }
 
-/// A game's hub-held signing keys, each derived on first use. Boxed: an expanded key is
-/// about 220 bytes, and every game's actor has the two slots, signed or not.
+/// A game's hub-held signing keys, each derived on first use. Behind a pointer: an
+/// expanded key is about 220 bytes, and every game's desk has the two slots, signed or
+/// not. Shared (`Arc`) so that a draft is signed outside the desk's lock without copying
+/// the secret.
 #[derive(Default)]
-pub struct SeatKeys([Option<Box<crypto::SecretKey>>; 2]);
+pub struct SeatKeys([Option<Arc<crypto::SecretKey>>; 2]);
 
 impl SeatKeys {
     /// `seat`'s key in `inbox`/`game`, derived from `secret` the first time.
@@ -65,12 +69,13 @@ impl SeatKeys {
         inbox: &str,
         game: &str,
         seat: Seat,
-    ) -> &crypto::SecretKey {
+    ) -> Arc<crypto::SecretKey> {
         let slot = &mut self.0[match seat {
             Seat::X => 0,
             Seat::O => 1,
         }];
-        slot.get_or_insert_with(|| Box::new(crypto::seat_key(secret, inbox, game, seat)))
+        slot.get_or_insert_with(|| Arc::new(crypto::seat_key(secret, inbox, game, seat)))
+            .clone()
     }
 }
 
