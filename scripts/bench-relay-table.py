@@ -2,9 +2,10 @@
 """Prints the figures of a scripts/bench-relay run side by side, with the issue's targets.
 
 Usage: bench-relay-table.py OUT_DIR   (the directory bench-relay wrote its results to)
-Reads each round's g*.json, signed.json, rate.json (pipehub loadgen reports) and bgio.json
-(the peer harness's results file) from OUT_DIR/r1, r2, … (or from OUT_DIR itself, as a
-run before rounds wrote them), and prints markdown tables. With several rounds, every
+Reads each round's g*.json, signed.json, rate.json (pipehub loadgen reports), bgio.json
+(the peer harness's results file) and floor/SERVER-gG.json (relay_floor reports) from
+OUT_DIR/r1, r2, … (or from OUT_DIR itself, as a run before rounds wrote them), and prints
+markdown tables. With several rounds, every
 figure is the median over the rounds (a ratio is the ratio of the two medians), and the
 moves/s and p99 columns also give the range the rounds spanned.
 """
@@ -59,7 +60,12 @@ def read_round(d):
             hub[name] = load(path)
     bgio = {r["scenario"]["G"]: r for r in load(os.path.join(d, "bgio.json")).get("results", [])
             if "scenario" in r and not r.get("error")}
-    return hub, bgio
+    floor = {}
+    for path in glob.glob(os.path.join(d, "floor", "*.json")):
+        r = load(path)
+        if r.get("moves"):
+            floor[(r["server"], r["games"])] = r
+    return hub, bgio, floor
 
 
 def median_of(reports):
@@ -89,12 +95,13 @@ def spread(values, fmt):
 
 
 rounds = [read_round(d) for d in round_dirs(out)]
-hub = {k: median_of([h.get(k) for h, _ in rounds]) or {} for k in dict.fromkeys(k for h, _ in rounds for k in h)}
-bgio = {g: median_of([b.get(g) for _, b in rounds]) or {} for g in dict.fromkeys(g for _, b in rounds for g in b)}
+hub = {k: median_of([h.get(k) for h, _, _ in rounds]) or {} for k in dict.fromkeys(k for h, _, _ in rounds for k in h)}
+bgio = {g: median_of([b.get(g) for _, b, _ in rounds]) or {} for g in dict.fromkeys(g for _, b, _ in rounds for g in b)}
+floor = {k: median_of([f.get(k) for _, _, f in rounds]) or {} for k in dict.fromkeys(k for _, _, f in rounds for k in f)}
 
 
 def per_round(case, pick):
-    return [pick(h.get(case) or {}) for h, _ in rounds]
+    return [pick(h.get(case) or {}) for h, _, _ in rounds]
 
 
 def p99_of(r):
@@ -133,10 +140,26 @@ if bgio:
         rss = r.get("hub_rss_bytes")
         brss = b.get("serverRssPeakMiB")
         rr = (rss / 2**20) / brss if rss and brss else None
-        bmv = spread([(bb.get(g) or {}).get("movesPerS") for _, bb in rounds], "{:,.0f}")
-        bp99 = spread([((bb.get(g) or {}).get("latencyMs") or {}).get("p99") for _, bb in rounds], "{:.2f}")
+        bmv = spread([(bb.get(g) or {}).get("movesPerS") for _, bb, _ in rounds], "{:,.0f}")
+        bp99 = spread([((bb.get(g) or {}).get("latencyMs") or {}).get("p99") for _, bb, _ in rounds], "{:.2f}")
         print(f"| {g} | {num(r.get('moves_per_s'))} | {num(b.get('movesPerS'))}{bmv} | {num(mr, '{:.1f}x')} | "
               f"{ms(l.get('p99'))} | {ms(bl.get('p99'))}{bp99} | {num(pr, '{:.2f}x')} | {mib(rss)} | {num(brss, '{:.1f}')} | {num(rr, '{:.2f}x')} |")
+
+if floor:
+    print("\n### the transport's floor (relay_floor: the same closed loop, no game, no store, no JSON; same session)\n")
+    print("| server | pairs | moves/s | p50 ms | p90 ms | p99 ms | CPU a move: server / driver µs | moves/s against boardgame.io | p99 against boardgame.io |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (server, g), f in sorted(floor.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        l = f.get("latency_ms") or {}
+        c = f.get("cpu_us_per_move") or {}
+        b = bgio.get(g) or {}
+        bl = b.get("latencyMs") or {}
+        mr = f["moves_per_s"] / b["movesPerS"] if f.get("moves_per_s") and b.get("movesPerS") else None
+        pr = l["p99"] / bl["p99"] if l.get("p99") and bl.get("p99") else None
+        fmv = spread([(ff.get((server, g)) or {}).get("moves_per_s") for _, _, ff in rounds], "{:,.0f}")
+        fp99 = spread([((ff.get((server, g)) or {}).get("latency_ms") or {}).get("p99") for _, _, ff in rounds], "{:.2f}")
+        print(f"| {server} | {g} | {num(f.get('moves_per_s'))}{fmv} | {ms(l.get('p50'))} | {ms(l.get('p90'))} | {ms(l.get('p99'))}{fp99} | "
+              f"{num(c.get('server'), '{:.1f}')} / {num(c.get('driver'), '{:.1f}')} | {num(mr, '{:.1f}x')} | {num(pr, '{:.2f}x')} |")
 
 print("\n### targets\n")
 big = max((hub[k] for k in hub if k.startswith("g")), key=lambda r: r.get("games") or 0, default=None)
@@ -175,8 +198,16 @@ for g, ratio, what, ok, fmt in [
     if not b or not r:
         continue
     v = ratio(r, b)
-    each = [ratio(h[f"g{g}"], bb[g]) for h, bb in rounds if h.get(f"g{g}") and bb.get(g)]
+    each = [ratio(h[f"g{g}"], bb[g]) for h, bb, _ in rounds if h.get(f"g{g}") and bb.get(g)]
     each = f"; round by round {', '.join(fmt.format(x) for x in each)}" if len(each) > 1 else ""
-    checks.append((f"{what} at G={g}", ok(v), fmt.format(v) + each))
+    # What the transport alone reaches against the same boardgame.io run: no hub on that
+    # stack can do better, so a floor short of the target says the target is out of reach
+    # of any hub on it, on this machine, in this run.
+    bound = ""
+    if ratio is not rss_ratio:
+        floors = [(server, ratio(f, b)) for (server, fg), f in sorted(floor.items()) if fg == g]
+        if floors:
+            bound = "; the floor alone: " + ", ".join(f"{server} {fmt.format(x)}" for server, x in floors)
+    checks.append((f"{what} at G={g}", ok(v), fmt.format(v) + each + bound))
 for what, ok, detail in checks:
     print(f"- [{'x' if ok else ' '}] {what}: {detail}")

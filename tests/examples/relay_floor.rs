@@ -21,7 +21,7 @@
 //! WebSocket frames on loopback TCP.
 //!
 //! Usage: `relay_floor [--server tungstenite|actix] [--games G] [--duration S]
-//! [--server-threads N] [--move-bytes B] [--state-bytes B]`; the sizes default to those of
+//! [--server-threads N] [--move-bytes B] [--state-bytes B] [--json]`; the sizes default to those of
 //! an unsigned tic-tac-toe game's frames on the hub (a `game.move` about 60 bytes, a
 //! `game.state` about 630). Everything binds to 127.0.0.1; the child stops with the driver
 //! (it exits when its stdin, held by the driver, closes).
@@ -46,12 +46,14 @@ struct Options {
     server_threads: usize,
     move_bytes: usize,
     state_bytes: usize,
+    /// One JSON object on stdout instead of the lines for people.
+    json: bool,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!("relay_floor: {problem}");
     eprintln!(
-        "usage: relay_floor [--server tungstenite|actix] [--games G] [--duration S] [--server-threads N] [--move-bytes B] [--state-bytes B]"
+        "usage: relay_floor [--server tungstenite|actix] [--games G] [--duration S] [--server-threads N] [--move-bytes B] [--state-bytes B] [--json]"
     );
     std::process::exit(2)
 }
@@ -64,9 +66,14 @@ fn parse(args: &[String]) -> Options {
         server_threads: 2,
         move_bytes: 60,
         state_bytes: 630,
+        json: false,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
+        if flag == "--json" {
+            o.json = true;
+            continue;
+        }
         let value = it
             .next()
             .unwrap_or_else(|| usage(&format!("{flag} needs a value")));
@@ -443,13 +450,32 @@ fn report(o: &Options, moves: u64, mut latencies: Vec<u32>, elapsed: Duration, c
             s / moves as f64 * 1e6
         }
     };
+    let moves_per_s = moves as f64 / elapsed.as_secs_f64();
+    if o.json {
+        // The keys of `pipehub loadgen --json` where they mean the same, so that one script
+        // reads both.
+        let report = serde_json::json!({
+            "server": o.server,
+            "games": o.games,
+            "server_threads": o.server_threads,
+            "moves": moves,
+            "elapsed_s": elapsed.as_secs_f64(),
+            "moves_per_s": moves_per_s,
+            "latency_ms": {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": at(1.0)},
+            "cpu_us_per_move": {
+                "server": per_move(cpu.0),
+                "driver": per_move(cpu.1),
+            },
+        });
+        println!("{report}");
+        return;
+    }
     println!(
         "relay floor: {} server, {} games, {} server threads, {} B moves, {} B states",
         o.server, o.games, o.server_threads, o.move_bytes, o.state_bytes
     );
     println!(
-        "  {:.0} moves/s ({} moves in {:.1} s)",
-        moves as f64 / elapsed.as_secs_f64(),
+        "  {moves_per_s:.0} moves/s ({} moves in {:.1} s)",
         moves,
         elapsed.as_secs_f64()
     );
