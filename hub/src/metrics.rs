@@ -3,7 +3,8 @@
 //! Operators read the hub through Prometheus: this module owns the registry, names every
 //! series `pipehub_*` with its unit in the name (`_seconds`, `_bytes`, `_total`), and adds
 //! the standard `process_*` series (resident memory, CPU, open descriptors) through the
-//! prometheus crate's process collector. Keeping all of them here means a dashboard author
+//! prometheus crate's process collector (its CPU counter made exact to the microsecond: the
+//! crate's counts whole seconds). Keeping all of them here means a dashboard author
 //! reads one file to learn what exists, and two modules cannot register the same name.
 //!
 //! Callers get an `Arc<Metrics>` and touch its public fields (or the small helpers below)
@@ -319,9 +320,51 @@ impl Metrics {
 
 #[cfg(target_os = "linux")]
 fn register_process_collector(registry: &Registry) -> Result<(), prometheus::Error> {
-    registry.register(Box::new(
+    registry.register(Box::new(ProcessMetrics(
         prometheus::process_collector::ProcessCollector::for_self(),
-    ))
+    )))
+}
+
+/// The prometheus crate's process collector, but for `process_cpu_seconds_total`, which it
+/// counts in whole seconds: too coarse for the CPU a 10 s benchmark spends (`pipehub
+/// loadgen` reads it before and after its clock) or for a `rate()` over a short window.
+/// The same series, from the same clock, to the microsecond.
+#[cfg(target_os = "linux")]
+struct ProcessMetrics(prometheus::process_collector::ProcessCollector);
+
+#[cfg(target_os = "linux")]
+impl prometheus::core::Collector for ProcessMetrics {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.0.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut families = self.0.collect();
+        let Some(seconds) = process_cpu_seconds() else {
+            return families;
+        };
+        let cpu = families
+            .iter_mut()
+            .filter(|f| f.name() == "process_cpu_seconds_total");
+        for metric in cpu.flat_map(|f| f.mut_metric().iter_mut()) {
+            let mut counter = prometheus::proto::Counter::default();
+            counter.set_value(seconds);
+            metric.set_counter(counter);
+        }
+        families
+    }
+}
+
+/// The CPU this process has used, user and system, in seconds (`getrusage`).
+pub fn process_cpu_seconds() -> Option<f64> {
+    // SAFETY: an all-zero rusage is a valid value of that plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a pointer to a live rusage, which getrusage fills in.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return None;
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(seconds(usage.ru_utime) + seconds(usage.ru_stime))
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -360,6 +403,30 @@ mod tests {
         assert!(text.contains("pipehub_capture_to_verdict_seconds_bucket"));
         #[cfg(target_os = "linux")]
         assert!(text.contains("process_resident_memory_bytes"));
+    }
+
+    /// The CPU counter moves by less than a second (the crate's own moves by whole ones).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_cpu_seconds_are_exported_to_below_a_second() {
+        let m = Metrics::new().expect("registry");
+        let read = |text: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .expect("process_cpu_seconds_total")
+        };
+        let before = read(&m.render());
+        let spent = process_cpu_seconds().expect("getrusage");
+        let mut x = 0u64;
+        while process_cpu_seconds().expect("getrusage") - spent < 0.05 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = read(&m.render());
+        assert!(
+            after - before >= 0.05 && after - before < 1.0,
+            "{before} -> {after}"
+        );
     }
 
     #[test]
