@@ -104,6 +104,12 @@ def per_round(case, pick):
     return [pick(h.get(case) or {}) for h, _, _ in rounds]
 
 
+def cpu_per_move(r, side):
+    """µs of `side`'s CPU a move while the clock ran (loadgen's `cpu_s`), or None."""
+    cpu = (r.get("cpu_s") or {}).get(side)
+    return cpu * 1e6 / r["moves"] if cpu is not None and r.get("moves") else None
+
+
 def p99_of(r):
     return (r.get("latency_ms") or {}).get("p99")
 
@@ -112,8 +118,8 @@ if len(rounds) > 1:
     print(f"\n{len(rounds)} rounds: each figure is the median over them; moves/s and p99 give their range too.")
 
 print("\n### pipehub (release build, `pipehub loadgen`, hub and load generator on the same 2 cores)\n")
-print("| case | loadgen flags | moves/s | p50 ms | p90 ms | p99 ms | max ms | refused | errors | hub RSS idle / seated / end MiB | KiB per open game, seated / end | hub CPU s | steal s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| case | loadgen flags | moves/s | p50 ms | p90 ms | p99 ms | max ms | refused | errors | hub RSS idle / seated / end MiB | KiB per open game, seated / end | hub CPU s | CPU a move while playing: hub / loadgen µs | steal s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 order = sorted((k for k in hub if k.startswith("g")), key=lambda k: int(k[1:])) + ["signed", "rate"]
 for k in order:
     r = hub.get(k)
@@ -125,7 +131,8 @@ for k in order:
     print(f"| {k} | `{r.get('args', '')}` | {num(r.get('moves_per_s'))}{mvs} | {ms(l.get('p50'))} | {ms(l.get('p90'))} | "
           f"{ms(l.get('p99'))}{p99s} | {ms(l.get('max'))} | {num(r.get('refused'))} | {num(r.get('errors'))} | "
           f"{mib(r.get('hub_rss_idle_bytes'))} / {mib(r.get('hub_rss_seated_bytes'))} / {mib(r.get('hub_rss_bytes'))} | "
-          f"{num(per_game_kib(r), '{:.1f}')} / {num(per_game_kib(r, 'hub_rss_bytes'), '{:.1f}')} | {num(r.get('hub_cpu_s'), '{:.1f}')} | {num(r.get('machine_steal_s'), '{:.2f}')} |")
+          f"{num(per_game_kib(r), '{:.1f}')} / {num(per_game_kib(r, 'hub_rss_bytes'), '{:.1f}')} | {num(r.get('hub_cpu_s'), '{:.1f}')} | "
+          f"{num(cpu_per_move(r, 'hub'), '{:.1f}')} / {num(cpu_per_move(r, 'loadgen'), '{:.1f}')} | {num(r.get('machine_steal_s'), '{:.2f}')} |")
 
 if bgio:
     print("\n### side by side with boardgame.io (same workload, same session)\n")

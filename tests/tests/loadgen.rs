@@ -89,6 +89,12 @@ fn a_short_run_plays_real_games_and_reports_them() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let steal = report["machine_steal_s"].as_f64().expect("machine_steal_s");
     assert!((0.0..=2.5 * cpus).contains(&steal), "{report}");
+    // Both sides worked while the clock ran, and neither used more CPU than the machine
+    // has in that time (the hub's reads bracket the clock, hence the slack).
+    for side in ["hub", "loadgen"] {
+        let cpu = report["cpu_s"][side].as_f64().expect("cpu_s");
+        assert!(cpu > 0.0 && cpu <= 3.0 * cpus, "cpu_s.{side}: {report}");
+    }
     // The hub accepted at least the moves the report counts (each table's starts too),
     // and the load generator closed every socket it opened.
     assert!(metric(&hub, "pipehub_events_total") >= moves as f64);

@@ -131,6 +131,19 @@ fn print_plain(config: &Config, o: &Outcome) {
     );
     println!("refused   {}", r.refused);
     println!("errors    {}", r.errors);
+    let per_move = |cpu: f64| cpu * 1e6 / r.moves.max(1) as f64;
+    match (r.cpu_s.hub, r.cpu_s.loadgen) {
+        (Some(hub), Some(own)) => println!(
+            "cpu       hub {hub:.1} s ({:.1} µs a move), load generator {own:.1} s ({:.1} µs a move), while the clock ran",
+            per_move(hub),
+            per_move(own)
+        ),
+        (None, Some(own)) => println!(
+            "cpu       load generator {own:.1} s ({:.1} µs a move) while the clock ran; the hub's is not in its /metrics",
+            per_move(own)
+        ),
+        _ => {}
+    }
     if let Some(steal) = r.machine_steal_s {
         println!("steal     {steal:.2} CPU s taken from this machine by its hypervisor while the clock ran");
     }

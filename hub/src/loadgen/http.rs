@@ -124,6 +124,12 @@ impl HubClient {
 
     /// The hub's `process_resident_memory_bytes` from `/metrics`.
     pub async fn resident_memory(&self) -> Result<u64, CallError> {
+        Ok(self.process().await?.rss_bytes)
+    }
+
+    /// The hub's process figures from one read of `/metrics`: its resident memory (which
+    /// must be there) and the CPU it has used (where the platform reports it).
+    pub async fn process(&self) -> Result<HubProcess, CallError> {
         let _permit = self.in_flight.acquire().await;
         let text = self
             .client
@@ -135,8 +141,12 @@ impl HubClient {
             .text()
             .await
             .map_err(|e| CallError::Transport(e.to_string()))?;
-        parse_rss(&text).ok_or_else(|| {
+        let rss_bytes = parse_rss(&text).ok_or_else(|| {
             CallError::Transport("/metrics has no process_resident_memory_bytes".into())
+        })?;
+        Ok(HubProcess {
+            rss_bytes,
+            cpu_s: parse_metric(&text, "process_cpu_seconds_total"),
         })
     }
 
@@ -184,17 +194,27 @@ impl HubClient {
     }
 }
 
+/// What the hub's `/metrics` says of its process at one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HubProcess {
+    pub rss_bytes: u64,
+    /// `process_cpu_seconds_total`: user and system CPU since the hub started.
+    pub cpu_s: Option<f64>,
+}
+
 /// Reads `process_resident_memory_bytes VALUE` from Prometheus text.
 pub fn parse_rss(text: &str) -> Option<u64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let mut parts = l.split_whitespace();
-            (parts.next()? == "process_resident_memory_bytes")
-                .then(|| parts.next()?.parse::<f64>().ok())
-                .flatten()
-        })
-        .map(|v| v as u64)
+    parse_metric(text, "process_resident_memory_bytes").map(|v| v as u64)
+}
+
+/// Reads the value of an unlabelled metric `name` from Prometheus text.
+fn parse_metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let mut parts = l.split_whitespace();
+        (parts.next()? == name)
+            .then(|| parts.next()?.parse::<f64>().ok())
+            .flatten()
+    })
 }
 
 #[cfg(test)]
@@ -209,6 +229,15 @@ mod tests {
                     process_resident_memory_bytes 1.2345e7\n";
         assert_eq!(parse_rss(text), Some(12_345_000));
         assert_eq!(parse_rss("pipehub_x 1\n"), None);
+    }
+
+    #[test]
+    fn cpu_seconds_are_read_by_their_exact_name() {
+        let text = "# TYPE process_cpu_seconds_total counter\n\
+                    process_cpu_seconds_total_x 9\n\
+                    process_cpu_seconds_total 12.75\n";
+        assert_eq!(parse_metric(text, "process_cpu_seconds_total"), Some(12.75));
+        assert_eq!(parse_metric("", "process_cpu_seconds_total"), None);
     }
 
     #[test]

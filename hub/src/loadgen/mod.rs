@@ -9,8 +9,10 @@
 //! hub's `/metrics` is read, so `hub_rss_bytes` is the hub's memory with G open games and
 //! 2G sockets (and whatever the games finished during the run left behind); then every
 //! socket is closed. The memory is also read once setup is done (`hub_rss_seated_bytes`):
-//! G open games and 2G sockets, and no history yet. Every act is bounded, so a run ends by itself
-//! within setup + duration + a few seconds of grace, whatever the hub does.
+//! G open games and 2G sockets, and no history yet. The CPU each side uses while the clock
+//! runs is reported too (`cpu_s`: the hub's from its `/metrics`, this process's own), since
+//! hub and load generator usually share one machine. Every act is bounded, so a run ends by
+//! itself within setup + duration + a few seconds of grace, whatever the hub does.
 //!
 //! It is a benchmark client, not a test: it trusts the hub's answers except to count
 //! refusals and errors, and it does not verify chains.
@@ -75,6 +77,20 @@ pub struct Report {
     /// sets the latency tail of a saturated run; it says of the hub only when the hub runs
     /// on the same machine.
     pub machine_steal_s: Option<f64>,
+    /// Beyond DESIGN.md's keys: the CPU each side used while the clock ran, so that a
+    /// move's cost can be split between the hub and the load generator that share a
+    /// machine.
+    pub cpu_s: CpuSeconds,
+}
+
+/// CPU seconds (user and system) used while the clock ran; `None` where not known.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CpuSeconds {
+    /// The hub's, from its `/metrics` (`process_cpu_seconds_total`) read once every table
+    /// was seated and again at the end, so it includes the moment the two reads take.
+    pub hub: Option<f64>,
+    /// This process's own.
+    pub loadgen: Option<f64>,
 }
 
 /// CPU seconds stolen from this machine since it booted, from the `steal` column (in
@@ -187,28 +203,38 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
     }
     let seated = shared.seated.load(Ordering::Relaxed);
     // The memory of G open games and their 2G sockets alone, before play adds history.
-    let rss_seated = shared.http.resident_memory().await.ok();
+    let seated_process = shared.http.process().await.ok();
+    let rss_seated = seated_process.map(|p| p.rss_bytes);
 
     // Play.
     let steal_before = machine_steal_s();
+    let own_cpu_before = crate::metrics::process_cpu_seconds();
     let start = Instant::now();
     let deadline = start + config.duration;
     let _ = control.send(Control::Play { deadline });
     tokio::time::sleep_until(deadline).await;
     let elapsed = start.elapsed().as_secs_f64();
+    let own_cpu = own_cpu_before
+        .zip(crate::metrics::process_cpu_seconds())
+        .map(|(before, after)| (after - before).max(0.0));
     let steal = steal_before
         .zip(machine_steal_s())
         // Clock ticks are hundredths of a second: say no more than that.
         .map(|(before, after)| ((after - before).max(0.0) * 100.0).round() / 100.0);
 
     // Hold: the games are still open; read the hub's memory, then release them.
-    let hub_rss_bytes = match shared.http.resident_memory().await {
-        Ok(v) => Some(v),
+    let end_process = match shared.http.process().await {
+        Ok(p) => Some(p),
         Err(e) => {
             shared.stats.error(|| format!("reading /metrics: {e}"));
             None
         }
     };
+    let hub_rss_bytes = end_process.map(|p| p.rss_bytes);
+    let hub_cpu = seated_process
+        .and_then(|p| p.cpu_s)
+        .zip(end_process.and_then(|p| p.cpu_s))
+        .map(|(before, after)| (after - before).max(0.0));
     let _ = control.send(Control::Release);
     let _ =
         tokio::time::timeout(GRACE, async { while tables.join_next().await.is_some() {} }).await;
@@ -228,6 +254,10 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
             hub_rss_bytes,
             hub_rss_seated_bytes: rss_seated,
             machine_steal_s: steal,
+            cpu_s: CpuSeconds {
+                hub: hub_cpu,
+                loadgen: own_cpu,
+            },
         },
         seated,
         rss_before: Some(rss_before),
