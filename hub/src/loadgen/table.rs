@@ -272,13 +272,22 @@ async fn play(
     let mut ended = false;
     let mut stalls = 0u32;
     let mut last_activity = Instant::now();
+    // Two timers for the whole game, not two a message: the stall timer is moved on only
+    // when it fires early (activity since it was set), about once per STALL of play.
+    let end = sleep_until(deadline);
+    let stall = sleep_until(last_activity + STALL);
+    tokio::pin!(end, stall);
     loop {
         let [a, b] = &mut *socks;
         let (idx, frame) = tokio::select! {
             f = a.next() => (0usize, f),
             f = b.next() => (1usize, f),
-            _ = sleep_until(deadline) => return Played::Stopped,
-            _ = sleep_until(last_activity + STALL) => {
+            () = &mut end => return Played::Stopped,
+            () = &mut stall => {
+                if last_activity + STALL > Instant::now() {
+                    stall.as_mut().reset(last_activity + STALL);
+                    continue;
+                }
                 stalls += 1;
                 if pending.take().is_some() {
                     stats.error(|| "a move's game.state did not arrive within 5 s".into());
@@ -292,6 +301,7 @@ async fn play(
                     return Played::Broken;
                 }
                 last_activity = Instant::now();
+                stall.as_mut().reset(last_activity + STALL);
                 continue;
             }
         };
@@ -307,6 +317,14 @@ async fn play(
                 return Played::Broken;
             }
         };
+        // The mover's own copy of the state its move made (the one frame that carries a
+        // `ref`; a refusal's true state does not) asks nothing of the mover, whose next
+        // turn comes with the opponent's move, and the opponent's copy times the move and
+        // says whether the game is over. Not parsing it spares this client half its parsing.
+        if wire::is_echo(text.as_str()) {
+            last_activity = Instant::now();
+            continue;
+        }
         let msg = match Incoming::parse(text.as_str()) {
             Ok(m) => m,
             Err(e) => {
@@ -378,6 +396,7 @@ async fn play(
                     Stats::count(&stats.rate_limited);
                     sleep_until(deadline.min(Instant::now() + RATE_LIMIT_PAUSE)).await;
                     last_activity = Instant::now();
+                    stall.as_mut().reset(last_activity + STALL);
                 }
             }
             "error" => {
