@@ -244,6 +244,9 @@ pub struct Seats {
     /// Open games per host person.
     open: DashMap<String, u64>,
     commons: Mutex<Commons>,
+    /// Whether other hub nodes write to the same store (a cluster): then the store, not
+    /// this cache, says what became of a game another node may have created.
+    shared: bool,
 }
 
 /// At most this many distinct protocol names and rule sets are shared (see [`Commons`]).
@@ -299,13 +302,14 @@ impl Commons {
 
 impl Seats {
     /// Loads the open-game records, and the registrations and seats of those games.
-    pub async fn load(meta: Arc<dyn Meta>) -> Result<Seats, HubError> {
+    pub async fn load(meta: Arc<dyn Meta>, shared: bool) -> Result<Seats, HubError> {
         let seats = Seats {
             meta,
             tokens: DashMap::new(),
             games: DashMap::new(),
             open: DashMap::new(),
             commons: Mutex::new(Commons::default()),
+            shared,
         };
         let mut open_games = HashSet::new();
         for (key, _) in seats.meta.scan("open/").await? {
@@ -726,8 +730,19 @@ impl Seats {
             self.retire_code(&hash, &rec.inbox, &rec.game).await?;
             Err(e)
         };
-        // Read from the store, not the cache: another hub node may have created the game.
-        let reg = match self.refresh(&rec.inbox, &rec.game).await {
+        // A single hub's cache holds every open game's registration as the store does
+        // (every change goes through both); nodes sharing a store read it, since another
+        // node may have created the game. A game missing from the cache is read too.
+        let cached = if self.shared {
+            None
+        } else {
+            self.registration(&rec.inbox, &rec.game)
+        };
+        let found = match cached {
+            Some(reg) => Ok(Some(reg)),
+            None => self.refresh(&rec.inbox, &rec.game).await,
+        };
+        let reg = match found {
             Ok(Some(reg)) => reg,
             Ok(None) => return spent(HubError::NotFound("the game was cancelled".into())).await,
             Err(e) => return spent(e).await,
@@ -827,7 +842,7 @@ mod tests {
     #[actix_rt::test]
     async fn registrations_share_what_they_have_in_common_and_store_it_in_full() {
         let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
-        let seats = Seats::load(meta.clone()).await.expect("load");
+        let seats = Seats::load(meta.clone(), false).await.expect("load");
         let defaults = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
         for (game, rules) in [
             ("g1", defaults.clone()),
@@ -867,13 +882,13 @@ mod tests {
         let stored: Registration = serde_json::from_slice(&stored).expect("a registration");
         assert_eq!(*stored.rules, *registration("g2", defaults).rules);
         assert_eq!(&*stored.protocol, "pipehub:connect-four");
-        shared(&Seats::load(meta).await.expect("reload"));
+        shared(&Seats::load(meta, false).await.expect("reload"));
     }
 
     #[actix_rt::test]
     async fn a_reserved_id_is_refused_and_leaves_no_seat_or_code_behind() {
         let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
-        let seats = Seats::load(meta.clone()).await.expect("load");
+        let seats = Seats::load(meta.clone(), false).await.expect("load");
         let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
         let (token, code, _) = seats
             .create(registration("g1", rules.clone()), 60_000)

@@ -62,7 +62,7 @@ impl Hub {
         metrics: Arc<Metrics>,
         rooms: Arc<dyn Rooms>,
     ) -> Result<Hub, HubError> {
-        let seats = Seats::load(meta.clone()).await?;
+        let seats = Seats::load(meta.clone(), config.cluster.is_some()).await?;
         let arbiters: Vec<Arbiter> = (0..arbiter_count()).map(|_| Arbiter::new()).collect();
         let handles = arbiters.iter().map(|a| a.handle()).collect();
         let shards = inbox.shards();
