@@ -62,6 +62,12 @@ pub struct Metrics {
     pub inbox_fsync_batch_max: IntGauge,
     /// `pipehub_inbox_appended_total`: records appended to the inbox.
     pub inbox_appended: IntCounter,
+    /// `pipehub_inbox_fsync_seconds`: one write and fsync of a batch of the inbox's log.
+    /// On a virtual disk the flush after a pause can take many times one in a stream,
+    /// and every move waits for one (README, Performance).
+    pub inbox_fsync: Histogram,
+    /// `pipehub_meta_fsync_seconds`: the same for the embedded meta store's log.
+    pub meta_fsync: Histogram,
     /// `pipehub_meta_fsyncs_total`: fsyncs of the embedded meta store's log (seats, codes,
     /// registrations), each making a batch of changes durable.
     pub meta_fsyncs: IntCounter,
@@ -195,6 +201,16 @@ impl Metrics {
             inbox_appended: counter(
                 "pipehub_inbox_appended_total",
                 "Records appended to the inbox.",
+            )?,
+            inbox_fsync: histogram(
+                "pipehub_inbox_fsync_seconds",
+                "Time one write and fsync of a batch of the embedded inbox's log took.",
+                latency_buckets(),
+            )?,
+            meta_fsync: histogram(
+                "pipehub_meta_fsync_seconds",
+                "Time one write and fsync of a batch of the embedded meta store's log took.",
+                latency_buckets(),
             )?,
             meta_fsyncs: counter(
                 "pipehub_meta_fsyncs_total",

@@ -249,6 +249,8 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         );
     }
     let meta = Arc::new(EmbeddedMeta::open_paced(&config.data, config.meta_pacing)?);
+    inbox.observe_flushes(metrics.inbox_fsync.clone());
+    meta.observe_flushes(metrics.meta_fsync.clone());
     actix_rt::spawn(export_store_totals(
         Arc::downgrade(&inbox),
         Arc::downgrade(&meta),

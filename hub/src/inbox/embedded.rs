@@ -166,6 +166,11 @@ impl EmbeddedInbox {
         &self.shared.stats
     }
 
+    /// Records the time of every later write and fsync of a batch in `seconds`.
+    pub fn observe_flushes(&self, seconds: prometheus::Histogram) {
+        let _ = self.shared.stats.flush_seconds.set(seconds);
+    }
+
     fn record(&self, capture: Capture, slot: &Slot) -> Result<Listed, StoreError> {
         let payload = Bytes::from(self.shared.segments.read(slot.frame)?);
         match codec::decode(payload)? {

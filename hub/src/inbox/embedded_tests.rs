@@ -364,6 +364,30 @@ async fn concurrent_appends_are_all_acknowledged_and_share_fsyncs() {
 }
 
 #[tokio::test]
+async fn each_fsync_of_appends_is_timed_once_metrics_are_attached() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let inbox = open(dir.path());
+    inbox
+        .append("box", "g", None, event("g", 0))
+        .await
+        .expect("append");
+    let seconds =
+        prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("fsync_seconds", "test"))
+            .expect("histogram");
+    inbox.observe_flushes(seconds.clone());
+    for seq in 1..4 {
+        inbox
+            .append("box", "g", None, event("g", seq))
+            .await
+            .expect("append");
+    }
+    // One append at a time, each its own batch: three fsyncs timed, the first untimed.
+    assert_eq!(inbox.stats().syncs.load(Ordering::Relaxed), 4);
+    assert_eq!(seconds.get_sample_count(), 3);
+    assert!(seconds.get_sample_sum() > 0.0);
+}
+
+#[tokio::test]
 async fn watchers_see_only_durable_high_water_marks() {
     let dir = tempfile::tempdir().expect("tempdir");
     let inbox = open(dir.path());

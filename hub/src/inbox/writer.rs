@@ -14,12 +14,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use games::Seat;
 use parking_lot::{Mutex, RwLock};
+use prometheus::Histogram;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::codec;
@@ -58,6 +59,9 @@ pub struct WriterStats {
     pub appends: AtomicU64,
     /// The largest number of events one fsync covered.
     pub max_batch: AtomicU64,
+    /// Where the time of each write and fsync of a batch goes, once the hub's metrics are
+    /// attached (`pipehub_inbox_fsync_seconds`).
+    pub flush_seconds: OnceLock<Histogram>,
 }
 
 /// How many durable records a shard keeps in memory for its consumer; when the consumer is
@@ -230,7 +234,11 @@ impl Writer {
             self.pacer.syncing(pending.len() + syncs.len());
         }
         let written = self.log.reserve(buf.len()).and_then(|(segment, base)| {
+            let began = Instant::now();
             self.log.write_batch(&buf, sync)?;
+            if let (true, Some(h)) = (sync, self.shared.stats.flush_seconds.get()) {
+                h.observe(began.elapsed().as_secs_f64());
+            }
             Ok((segment, base))
         });
         let (segment, base) = match written {

@@ -34,12 +34,14 @@ use std::cmp::Ordering as Order;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
+use prometheus::Histogram;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Meta;
@@ -161,6 +163,9 @@ struct Shared {
     staged: Mutex<Staged>,
     failed: AtomicBool,
     syncs: AtomicU64,
+    /// Where the time of each write and fsync of a batch goes, once the hub's metrics are
+    /// attached (`pipehub_meta_fsync_seconds`).
+    flush_seconds: OnceLock<Histogram>,
 }
 
 /// Changes handed to the writer and not yet durable.
@@ -286,6 +291,7 @@ impl EmbeddedMeta {
             }),
             failed: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
+            flush_seconds: OnceLock::new(),
         });
         let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
@@ -295,6 +301,11 @@ impl EmbeddedMeta {
             shared,
             writer: Mutex::new(Some(writer)),
         })
+    }
+
+    /// Records the time of every later write and fsync of a batch in `seconds`.
+    pub fn observe_flushes(&self, seconds: Histogram) {
+        let _ = self.shared.flush_seconds.set(seconds);
     }
 
     /// Fsyncs so far (each made a batch of changes durable).
@@ -410,7 +421,12 @@ fn run(
                     });
                 }
                 pacer.syncing(batch.len());
-                log.write_batch(&buf, true)
+                let began = Instant::now();
+                log.write_batch(&buf, true)?;
+                if let Some(h) = shared.flush_seconds.get() {
+                    h.observe(began.elapsed().as_secs_f64());
+                }
+                Ok(())
             })
         };
         if let Err(e) = &written {
@@ -604,6 +620,21 @@ mod tests {
         );
         assert_eq!(meta.get(&high).await.expect("get"), Some(b("2")));
         assert!(meta.scan("code/").await.expect("scan").is_empty());
+    }
+
+    #[tokio::test]
+    async fn each_fsync_is_timed_once_metrics_are_attached() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = EmbeddedMeta::open(dir.path()).expect("open");
+        meta.put("seat/a", b("1")).await.expect("put");
+        let seconds = Histogram::with_opts(prometheus::HistogramOpts::new("fsync_seconds", "test"))
+            .expect("histogram");
+        meta.observe_flushes(seconds.clone());
+        meta.put("seat/b", b("2")).await.expect("put");
+        assert!(meta.delete("seat/a").await.expect("delete"));
+        assert_eq!(meta.syncs(), 3);
+        assert_eq!(seconds.get_sample_count(), 2);
+        assert!(seconds.get_sample_sum() > 0.0);
     }
 
     #[tokio::test]
