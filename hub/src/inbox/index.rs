@@ -181,11 +181,22 @@ trait Record: Copy {
 const MAX_RECORD: usize = 64;
 const _: () = assert!(Stored::SIZE <= MAX_RECORD && Link::SIZE <= MAX_RECORD);
 
-/// Slots per chunk of a [`Chunked`] vector (small in tests, so that they cross many).
+/// Elements per chunk of a [`Chunked`] vector (small in tests, so that they cross many;
+/// a shard's slots smaller still, so that the two sizes differ).
 #[cfg(not(test))]
 const CHUNK: usize = 4096;
 #[cfg(test)]
 const CHUNK: usize = 64;
+
+/// Slots per chunk of a shard's list. A slot is 56 bytes and changes only when its verdict
+/// comes, within milliseconds, so a shard's hot chunks are kept at 56 KiB each rather
+/// than 224: eight shards' two hot chunks each were 3.5 MiB of a hub's memory whatever
+/// its load. An inbox's list of links keeps [`CHUNK`]: a link changes when its game's next
+/// event comes, which can be seconds later.
+#[cfg(not(test))]
+const SLOT_CHUNK: usize = 1024;
+#[cfg(test)]
+const SLOT_CHUNK: usize = 16;
 
 /// Chunks of a spilling list kept in memory: the newest, which is being filled, and the one
 /// before, where the last events of the games in progress mostly lie (each new event of a
@@ -260,7 +271,7 @@ impl Spill {
 /// millions of slots would stall every reader and the next append behind a copy of
 /// hundreds of megabytes), and no doubling leaves up to half of it unused. The first
 /// chunk grows as a `Vec` does, so a small list costs what a small `Vec` costs.
-struct Chunked<T> {
+struct Chunked<T, const N: usize = CHUNK> {
     chunks: Vec<Vec<T>>,
     len: usize,
     /// Where the first chunks lie in the [`Spill`] file, when they were written there
@@ -268,7 +279,7 @@ struct Chunked<T> {
     spilled: Vec<u64>,
 }
 
-impl<T> Default for Chunked<T> {
+impl<T, const N: usize> Default for Chunked<T, N> {
     fn default() -> Self {
         Chunked {
             chunks: Vec::new(),
@@ -278,17 +289,17 @@ impl<T> Default for Chunked<T> {
     }
 }
 
-impl<T> Chunked<T> {
+impl<T, const N: usize> Chunked<T, N> {
     fn len(&self) -> usize {
         self.len
     }
 
     fn push(&mut self, value: T) {
         match self.chunks.last_mut() {
-            Some(chunk) if chunk.len() < CHUNK => chunk.push(value),
+            Some(chunk) if chunk.len() < N => chunk.push(value),
             _ => {
                 // The first chunk starts small; later ones are taken whole, at once.
-                let capacity = if self.chunks.is_empty() { 4 } else { CHUNK };
+                let capacity = if self.chunks.is_empty() { 4 } else { N };
                 let mut chunk = Vec::with_capacity(capacity);
                 chunk.push(value);
                 self.chunks.push(chunk);
@@ -298,20 +309,20 @@ impl<T> Chunked<T> {
     }
 
     fn get(&self, i: usize) -> Option<&T> {
-        self.chunks.get(i / CHUNK)?.get(i % CHUNK)
+        self.chunks.get(i / N)?.get(i % N)
     }
 
     fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
+        self.chunks.get_mut(i / N)?.get_mut(i % N)
     }
 }
 
 /// A list that may spill: read and changed by value, wherever the element lies.
-impl<T: Record> Chunked<T> {
+impl<T: Record, const N: usize> Chunked<T, N> {
     /// Where element `i` lies in the spill file, if its chunk was written there.
     fn spilled_at(&self, i: usize) -> Option<u64> {
-        let at = *self.spilled.get(i / CHUNK)?;
-        Some(at + ((i % CHUNK) * T::SIZE) as u64)
+        let at = *self.spilled.get(i / N)?;
+        Some(at + ((i % N) * T::SIZE) as u64)
     }
 
     /// Element `i`, or `None` when there is none; an error when its chunk was spilled
@@ -331,8 +342,8 @@ impl<T: Record> Chunked<T> {
         let mut out = Vec::with_capacity(end.saturating_sub(range.start));
         let mut i = range.start;
         while i < end {
-            let (chunk, from) = (i / CHUNK, i % CHUNK);
-            let n = (CHUNK - from).min(end - i);
+            let (chunk, from) = (i / N, i % N);
+            let n = (N - from).min(end - i);
             match (self.spilled.get(chunk), spill) {
                 (Some(&at), Some(spill)) => {
                     spill.read_run(at + (from * T::SIZE) as u64, n, &mut out)?
@@ -376,7 +387,7 @@ impl<T: Record> Chunked<T> {
         let Some(spill) = spill else { return };
         while self.chunks.len() - self.spilled.len() > HOT {
             let c = self.spilled.len();
-            let mut bytes = Vec::with_capacity(CHUNK * T::SIZE);
+            let mut bytes = Vec::with_capacity(N * T::SIZE);
             for value in &self.chunks[c] {
                 value.put(&mut bytes);
             }
@@ -489,7 +500,7 @@ impl InboxIndex {
 /// All indexes of one store: per shard, a slot for each position; per inbox, its
 /// captures in append order and its games. About 72 bytes an event and 80 a game.
 pub struct Index {
-    shards: Vec<Chunked<Stored>>,
+    shards: Vec<Chunked<Stored, SLOT_CHUNK>>,
     inboxes: HashMap<String, InboxIndex>,
     /// Rejection details and hashes kept as text, by capture (rare).
     extras: HashMap<Capture, Box<str>>,
@@ -1103,10 +1114,10 @@ mod tests {
         let in_memory: usize = index.shards[0].chunks.iter().map(Vec::len).sum();
         assert_eq!(
             in_memory,
-            CHUNK + 3,
+            SLOT_CHUNK + events % SLOT_CHUNK,
             "only the newest chunks stay in memory"
         );
-        assert_eq!(index.shards[0].spilled.len(), 9);
+        assert_eq!(index.shards[0].spilled.len(), events / SLOT_CHUNK - 1);
         // A verdict on a spilled slot is written through, and its extra kept beside it.
         let old = Capture { shard: 0, pos: 2 };
         let verdicts = [
