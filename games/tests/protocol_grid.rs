@@ -296,6 +296,49 @@ fn renders_a_text_board() {
     assert_eq!(view["lastMove"], json!({"row": 1, "col": 2}));
 }
 
+/// The winning line runs from its far end behind the last piece to its far end ahead,
+/// whichever of its cells came last; checked in each of the four directions with the
+/// winning piece placed in the middle of its line.
+#[test]
+fn a_winning_line_runs_end_to_end_in_order() {
+    let registry = Registry::builtin();
+    let protocol = registry.get(TTT).expect("built-in");
+    let given = json!({"rows": 5, "cols": 5, "winLength": 3});
+    let rules = protocol
+        .rules(given.as_object().expect("object"))
+        .expect("valid");
+    let pairs = |cells: &[(i64, i64)]| -> Value { cells.iter().map(|&(r, c)| rc(r, c)).collect() };
+    // X's three cells, the middle one played last; O's moves elsewhere, out of any line.
+    type Cells<const N: usize> = [(i64, i64); N];
+    let cases: &[(Cells<3>, Cells<2>)] = &[
+        ([(2, 1), (2, 3), (2, 2)], [(0, 0), (4, 4)]),
+        ([(1, 2), (3, 2), (2, 2)], [(0, 0), (4, 4)]),
+        ([(1, 1), (3, 3), (2, 2)], [(0, 4), (4, 0)]),
+        ([(1, 3), (3, 1), (2, 2)], [(0, 0), (4, 4)]),
+    ];
+    let expected: [&[(i64, i64)]; 4] = [
+        &[(2, 1), (2, 2), (2, 3)],
+        &[(1, 2), (2, 2), (3, 2)],
+        &[(1, 1), (2, 2), (3, 3)],
+        &[(1, 3), (2, 2), (3, 1)],
+    ];
+    for ((x, o), line) in cases.iter().zip(expected) {
+        let mut board = protocol.new_board(&rules);
+        for (seat, (r, c)) in [
+            (Seat::X, x[0]),
+            (Seat::O, o[0]),
+            (Seat::X, x[1]),
+            (Seat::O, o[1]),
+            (Seat::X, x[2]),
+        ] {
+            board.apply(seat, &rc(r, c)).expect("legal");
+        }
+        assert_eq!(board.outcome().winner, Some(Seat::X), "{x:?}");
+        let view = serde_json::to_value(board.view(games::Viewer::Spectator)).expect("json");
+        assert_eq!(view["line"], pairs(line), "{x:?}");
+    }
+}
+
 /// Every viewer's written view against its serialized view.
 fn written_views_match(board: &dyn Board) -> Result<(), proptest::test_runner::TestCaseError> {
     for viewer in [

@@ -105,33 +105,37 @@ impl Grid {
         self.moves += 1;
         self.last = Some((row, col));
         for (dr, dc) in [(0, 1), (1, 0), (1, 1), (1, -1)] {
-            let mut line = self.run(seat, row, col, -dr, -dc);
-            line.reverse();
-            line.push((row, col));
-            line.extend(self.run(seat, row, col, dr, dc));
-            if line.len() >= self.win_length {
+            let back = self.run(seat, row, col, -dr, -dc);
+            let ahead = self.run(seat, row, col, dr, dc);
+            if back + 1 + ahead >= self.win_length {
                 self.winner = Some(seat);
-                self.line = line;
+                // The line from its far end behind the piece to its far end ahead.
+                self.line = (-(back as isize)..=ahead as isize)
+                    .map(|i| {
+                        let r = row.wrapping_add_signed(i * dr);
+                        let c = col.wrapping_add_signed(i * dc);
+                        (r, c)
+                    })
+                    .collect();
                 return;
             }
         }
     }
 
-    /// The cells after (row, col) in direction (dr, dc) that hold `seat`'s pieces, nearest first.
-    fn run(&self, seat: Seat, row: usize, col: usize, dr: isize, dc: isize) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
+    /// How many cells after (row, col) in direction (dr, dc) hold `seat`'s pieces in a row.
+    fn run(&self, seat: Seat, row: usize, col: usize, dr: isize, dc: isize) -> usize {
+        let mut n = 0;
         let (mut r, mut c) = (row as isize, col as isize);
         loop {
             r += dr;
             c += dc;
             if r < 0 || c < 0 || r >= self.rows as isize || c >= self.cols as isize {
-                return out;
+                return n;
             }
-            let (ru, cu) = (r as usize, c as usize);
-            if self.get(ru, cu) != Some(seat) {
-                return out;
+            if self.get(r as usize, c as usize) != Some(seat) {
+                return n;
             }
-            out.push((ru, cu));
+            n += 1;
         }
     }
 
