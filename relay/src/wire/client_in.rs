@@ -17,8 +17,13 @@
 //! What this module does not do: judge a move's payload. It is the protocol's to refuse
 //! (`illegal_move` / `bad_move`), so it is passed on as any JSON value.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::error::Category;
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 /// The longest `ref` a client may attach, in bytes of its JSON text.
 pub const MAX_REF_BYTES: usize = 128;
@@ -43,20 +48,6 @@ impl Ref {
     pub fn json(&self) -> &str {
         &self.0
     }
-
-    fn from_value(value: Value) -> Result<Ref, BadMessage> {
-        let text = match &value {
-            Value::String(_) => value.to_string(),
-            Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
-            _ => return Err(BadMessage::schema("`ref` must be a string or an integer")),
-        };
-        if text.len() > MAX_REF_BYTES {
-            return Err(BadMessage::schema(format!(
-                "`ref` is over {MAX_REF_BYTES} bytes"
-            )));
-        }
-        Ok(Ref(text))
-    }
 }
 
 /// A frame that is no message of this table: a wire error code and a detail.
@@ -75,99 +66,166 @@ impl BadMessage {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Hello {
-    token: Option<String>,
-}
+/// A message's fields, each as the JSON text it arrived as: the frame is scanned once and
+/// only the fields its type uses are decoded, so a move costs its payload's value and its
+/// `ref`'s text, not a value tree of the whole frame. (A field sent twice keeps its last
+/// value, as in any JSON object read into a map.)
+type Fields<'a> = BTreeMap<Text<'a>, &'a RawValue>;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Move {
-    #[serde(rename = "move")]
-    mv: Value,
-    #[serde(rename = "ref")]
-    reference: Option<Value>,
-}
+/// A JSON string borrowed from the frame, or decoded when it has escapes. (serde's own
+/// `Cow<str>` always copies unless it is a struct's field marked to borrow.)
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Text<'a>(Cow<'a, str>);
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Resign {
-    #[serde(rename = "ref")]
-    reference: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Board {}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Subscribe {
-    inbox: String,
-    game: String,
-}
-
-fn fields<T: serde::de::DeserializeOwned>(
-    t: &str,
-    map: Map<String, Value>,
-) -> Result<T, BadMessage> {
-    serde_json::from_value(Value::Object(map)).map_err(|e| BadMessage::schema(format!("{t}: {e}")))
-}
-
-fn reference(value: Option<Value>) -> Result<Option<Ref>, BadMessage> {
-    match value {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => Ref::from_value(v).map(Some),
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
     }
+}
+
+impl std::borrow::Borrow<str> for Text<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The fields each message may carry besides `t`.
+fn allowed(t: &str) -> Option<&'static [&'static str]> {
+    Some(match t {
+        "hello" => &["token"],
+        "game.move" => &["move", "ref"],
+        "game.resign" => &["ref"],
+        "game.board" => &[],
+        "game.subscribe" => &["inbox", "game"],
+        _ => return None,
+    })
+}
+
+/// Decodes one field's text as `T`, naming the message and the field when it is not one.
+fn decode<'a, T: Deserialize<'a>>(t: &str, name: &str, raw: &'a RawValue) -> Result<T, BadMessage> {
+    serde_json::from_str(raw.get()).map_err(|e| BadMessage::schema(format!("{t}: `{name}`: {e}")))
+}
+
+fn required<'a, T: Deserialize<'a>>(
+    t: &str,
+    fields: &Fields<'a>,
+    name: &str,
+) -> Result<T, BadMessage> {
+    match fields.get(name) {
+        Some(raw) => decode(t, name, raw),
+        None => Err(BadMessage::schema(format!("{t}: missing field `{name}`"))),
+    }
+}
+
+fn optional<'a, T: Deserialize<'a>>(
+    t: &str,
+    fields: &Fields<'a>,
+    name: &str,
+) -> Result<Option<T>, BadMessage> {
+    // `null` is as good as absent.
+    fields
+        .get(name)
+        .map_or(Ok(None), |raw| decode::<Option<T>>(t, name, raw))
+}
+
+fn reference(fields: &Fields<'_>) -> Result<Option<Ref>, BadMessage> {
+    let Some(raw) = fields.get("ref") else {
+        return Ok(None);
+    };
+    let text = raw.get();
+    let text = if text.starts_with('"') {
+        // A string, kept as sent once it decodes (the scan alone lets a lone surrogate's
+        // escape through).
+        serde_json::from_str::<Text<'_>>(text)
+            .map_err(|e| BadMessage::schema(format!("`ref`: {e}")))?;
+        text.to_string()
+    } else {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Null) => return Ok(None),
+            Ok(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            _ => return Err(BadMessage::schema("`ref` must be a string or an integer")),
+        }
+    };
+    if text.len() > MAX_REF_BYTES {
+        return Err(BadMessage::schema(format!(
+            "`ref` is over {MAX_REF_BYTES} bytes"
+        )));
+    }
+    Ok(Some(Ref(text)))
 }
 
 impl ClientIn {
     /// Parses one text frame.
     pub fn parse(text: &str) -> Result<ClientIn, BadMessage> {
-        let value: Value = serde_json::from_str(text).map_err(|e| BadMessage {
-            error: "bad_json",
-            detail: e.to_string(),
+        let fields: Fields<'_> = serde_json::from_str(text).map_err(|e| match e.classify() {
+            Category::Data => BadMessage::schema("a message is a JSON object"),
+            _ => BadMessage {
+                error: "bad_json",
+                detail: e.to_string(),
+            },
         })?;
-        let Value::Object(mut map) = value else {
-            return Err(BadMessage::schema("a message is a JSON object"));
-        };
-        let t = match map.remove("t") {
-            Some(Value::String(t)) => t,
-            Some(_) => return Err(BadMessage::schema("`t` must be a string")),
+        let Text(t) = match fields.get("t") {
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|_| BadMessage::schema("`t` must be a string"))?,
             None => return Err(BadMessage::schema("a message needs its type `t`")),
         };
-        match t.as_str() {
-            "hello" => {
-                let Hello { token } = fields(&t, map)?;
-                Ok(ClientIn::Hello { token })
-            }
-            "game.move" => {
-                let Move { mv, reference: r } = fields(&t, map)?;
-                Ok(ClientIn::Move {
-                    mv,
-                    reference: reference(r)?,
-                })
-            }
-            "game.resign" => {
-                let Resign { reference: r } = fields(&t, map)?;
-                Ok(ClientIn::Resign {
-                    reference: reference(r)?,
-                })
-            }
-            "game.board" => {
-                let Board {} = fields(&t, map)?;
-                Ok(ClientIn::Board)
-            }
-            "game.subscribe" => {
-                let Subscribe { inbox, game } = fields(&t, map)?;
-                Ok(ClientIn::Subscribe { inbox, game })
-            }
-            other => Err(BadMessage {
+        let Some(allowed) = allowed(&t) else {
+            return Err(BadMessage {
                 error: "unknown_message",
-                detail: format!("no message `{other}`"),
-            }),
+                detail: format!("no message `{t}`"),
+            });
+        };
+        if let Some(name) = fields
+            .keys()
+            .map(|name| name.0.as_ref())
+            .find(|name| *name != "t" && !allowed.contains(name))
+        {
+            return Err(BadMessage::schema(format!(
+                "{t}: unknown field `{name}`, expected {}",
+                match allowed {
+                    [] => "none".to_string(),
+                    names => names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(" or "),
+                }
+            )));
         }
+        Ok(match t.as_ref() {
+            "hello" => ClientIn::Hello {
+                token: optional(&t, &fields, "token")?,
+            },
+            "game.move" => ClientIn::Move {
+                mv: required(&t, &fields, "move")?,
+                reference: reference(&fields)?,
+            },
+            "game.resign" => ClientIn::Resign {
+                reference: reference(&fields)?,
+            },
+            "game.board" => ClientIn::Board,
+            // `game.subscribe`, the one type left that `allowed` knows.
+            _ => ClientIn::Subscribe {
+                inbox: required(&t, &fields, "inbox")?,
+                game: required(&t, &fields, "game")?,
+            },
+        })
     }
 }
 
@@ -237,10 +295,79 @@ mod tests {
         else {
             panic!("no ref");
         };
+        assert_eq!(r.json(), r#""a\"b\u00e9""#);
         assert_eq!(
             serde_json::from_str::<String>(r.json()).expect("a JSON string"),
             "a\"bé"
         );
+    }
+
+    #[test]
+    fn names_without_escapes_are_borrowed_from_the_frame() {
+        let fields: Fields<'_> =
+            serde_json::from_str(r#"{"t":"game.move","\u0074x":1}"#).expect("an object");
+        let borrowed: Vec<(&str, bool)> = fields
+            .keys()
+            .map(|k| (k.0.as_ref(), matches!(k.0, Cow::Borrowed(_))))
+            .collect();
+        assert_eq!(borrowed, [("t", true), ("tx", false)]);
+    }
+
+    #[test]
+    fn null_is_as_good_as_absent_except_for_a_move() {
+        assert_eq!(
+            ok(r#"{"t":"hello","token":null}"#),
+            ClientIn::Hello { token: None }
+        );
+        assert_eq!(
+            ok(r#"{"t":"game.resign","ref":null}"#),
+            ClientIn::Resign { reference: None }
+        );
+        // A null move is the protocol's to refuse, as any other payload.
+        assert_eq!(
+            ok(r#"{"t":"game.move","move":null}"#),
+            ClientIn::Move {
+                mv: Value::Null,
+                reference: None
+            }
+        );
+    }
+
+    #[test]
+    fn fields_are_read_by_name_whatever_their_spelling_or_order() {
+        assert_eq!(
+            ok(r#"{"ref":-3, "move" : [1], "\u0074":"game.move"}"#),
+            ClientIn::Move {
+                mv: json!([1]),
+                reference: Some(Ref("-3".into()))
+            }
+        );
+        // A field sent twice keeps its last value.
+        assert_eq!(
+            ok(r#"{"t":"game.subscribe","inbox":"a","game":"g","inbox":"b"}"#),
+            ClientIn::Subscribe {
+                inbox: "b".into(),
+                game: "g".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_the_message_and_the_field() {
+        let detail = |text: &str| ClientIn::parse(text).expect_err("refused").detail;
+        assert_eq!(
+            detail(r#"{"t":"game.move","move":1,"token":"x"}"#),
+            "game.move: unknown field `token`, expected `move` or `ref`"
+        );
+        assert_eq!(
+            detail(r#"{"t":"game.board","x":1}"#),
+            "game.board: unknown field `x`, expected none"
+        );
+        assert_eq!(
+            detail(r#"{"t":"game.move"}"#),
+            "game.move: missing field `move`"
+        );
+        assert!(detail(r#"{"t":"hello","token":5}"#).starts_with("hello: `token`: "));
     }
 
     #[test]
@@ -261,6 +388,11 @@ mod tests {
             (r#"{"t":"game.board","x":1}"#, "schema"),
             (r#"{"t":"game.subscribe","inbox":"i"}"#, "schema"),
             (&long_ref, "schema"),
+            (r#"{"t":"game.resign","ref":"\ud800"}"#, "schema"),
+            (r#"{"t":"game.resign","ref":true}"#, "schema"),
+            (r#"{"t":"game.resign","ref":1e2}"#, "schema"),
+            (r#"{"t":"hello"} x"#, "bad_json"),
+            (r#""hello""#, "schema"),
         ];
         for (text, code) in table {
             assert_eq!(refused(text), *code, "{text}");
