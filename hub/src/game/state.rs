@@ -91,17 +91,17 @@ pub enum Notice {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GameState {
-    pub inbox: String,
-    pub game: String,
+    pub inbox: Arc<str>,
+    pub game: Arc<str>,
     /// The viewer's seat; null for a spectator.
     #[serde(serialize_with = "ser_opt_seat")]
     pub seat: Option<Seat>,
     pub phase: Phase,
     /// The protocol's canonical ref.
-    pub protocol: Option<String>,
-    pub protocol_id: Option<String>,
+    pub protocol: Option<Arc<str>>,
+    pub protocol_id: Option<Arc<str>>,
     /// The protocol's rules with defaults filled in (without `keys` and `inboxes`).
-    pub rules: Option<Map<String, Value>>,
+    pub rules: Option<Arc<Map<String, Value>>>,
     pub signed: bool,
     /// Both public keys once known; null for an unsigned game.
     pub keys: Option<KeysView>,
@@ -214,23 +214,31 @@ impl Serialize for SharedState {
     }
 }
 
+/// The protocol of a game, as its states name it. Like the game's ids, held once by its
+/// actor and shared with every state it builds (one for each watching viewer after every
+/// move), not copied into each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProtocolNames {
+    /// The protocol's canonical ref.
+    pub protocol: Arc<str>,
+    pub protocol_id: Arc<str>,
+    /// The rules with defaults filled in (without `keys` and `inboxes`).
+    pub rules: Arc<Map<String, Value>>,
+}
+
 /// What [`assemble`] needs to know of a game that has no accepted start: its seated
 /// registration, if any.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Pending<'a> {
+pub struct Pending {
     pub phase: Phase,
-    pub protocol: &'a str,
-    pub protocol_id: &'a str,
-    pub rules: &'a Map<String, Value>,
+    pub protocol: ProtocolNames,
     pub signed: bool,
     pub keys: KeysView,
 }
 
 /// What [`assemble`] needs to know of a game with an accepted start.
 pub struct Started<'a> {
-    pub protocol: &'a str,
-    pub protocol_id: &'a str,
-    pub rules: &'a Map<String, Value>,
+    pub protocol: &'a ProtocolNames,
     pub keys: Option<KeysView>,
     pub seq: u64,
     pub head: &'a str,
@@ -240,14 +248,14 @@ pub struct Started<'a> {
 
 /// The source of a state: a game before or after its start.
 pub enum Source<'a> {
-    Pending(Pending<'a>),
+    Pending(Pending),
     Started(Started<'a>),
 }
 
 /// Builds one viewer's state. `notice` is passed only to the seat it concerns.
 pub fn assemble(
-    inbox: &str,
-    game: &str,
+    inbox: &Arc<str>,
+    game: &Arc<str>,
     viewer: Viewer,
     source: Source<'_>,
     notice: Option<Notice>,
@@ -259,13 +267,13 @@ pub fn assemble(
     let notice = if seat.is_some() { notice } else { None };
     match source {
         Source::Pending(p) => GameState {
-            inbox: inbox.to_string(),
-            game: game.to_string(),
+            inbox: inbox.clone(),
+            game: game.clone(),
             seat,
             phase: p.phase,
-            protocol: Some(p.protocol.to_string()),
-            protocol_id: Some(p.protocol_id.to_string()),
-            rules: Some(p.rules.clone()),
+            protocol: Some(p.protocol.protocol),
+            protocol_id: Some(p.protocol.protocol_id),
+            rules: Some(p.protocol.rules),
             signed: p.signed,
             keys: p.signed.then_some(p.keys),
             seq: None,
@@ -276,13 +284,13 @@ pub fn assemble(
             notice,
         },
         Source::Started(s) => GameState {
-            inbox: inbox.to_string(),
-            game: game.to_string(),
+            inbox: inbox.clone(),
+            game: game.clone(),
             seat,
             phase: Phase::Started,
-            protocol: Some(s.protocol.to_string()),
-            protocol_id: Some(s.protocol_id.to_string()),
-            rules: Some(s.rules.clone()),
+            protocol: Some(s.protocol.protocol.clone()),
+            protocol_id: Some(s.protocol.protocol_id.clone()),
+            rules: Some(s.protocol.rules.clone()),
             signed: s.keys.is_some(),
             keys: s.keys,
             seq: Some(s.seq),

@@ -166,7 +166,7 @@ impl Listed {
     /// A game's entry as its state shows it.
     pub fn of(state: &super::GameState) -> Listed {
         Listed {
-            protocol: state.protocol.clone().map(Cow::Owned),
+            protocol: state.protocol.as_deref().map(|p| Cow::Owned(p.to_string())),
             phase: state.phase,
             result: state.result,
         }

@@ -55,8 +55,8 @@ type Fetched = (Vec<Record>, Vec<Option<StoredVerdict>>);
 /// The game's records after the first `skip` of its index, each with its recorded verdict.
 async fn fetch(
     engine: Arc<Engine>,
-    inbox: String,
-    game: String,
+    inbox: Arc<str>,
+    game: Arc<str>,
     skip: usize,
 ) -> Result<Fetched, HubError> {
     let records = engine.inbox.game_records_from(&inbox, &game, skip).await?;

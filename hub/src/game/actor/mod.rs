@@ -24,6 +24,7 @@ pub use cluster::{CatchUp, Kick, Retire, TakenOver};
 pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,9 @@ use super::custody::{self, Custodian};
 use super::desk::{Desk, Tip};
 use super::engine::Engine;
 use super::seats::Registration;
-use super::state::{self, GameState, KeysView, Notice, Phase, ResultView, SharedState};
+use super::state::{
+    self, GameState, KeysView, Notice, Phase, ProtocolNames, ResultView, SharedState,
+};
 use super::types::{GameSummary, Listed, Verdict};
 use super::waiters::Outcome;
 use super::writer::{self, Posting};
@@ -68,9 +71,12 @@ fn idx(seat: Seat) -> usize {
 
 pub struct GameActor {
     engine: Arc<Engine>,
-    inbox: String,
-    game: String,
+    inbox: Arc<str>,
+    game: Arc<str>,
     chain: GameChain,
+    /// The started game's protocol as its states name it, built at its first state (and
+    /// forgotten with the chain, if its start is undone).
+    protocol: OnceCell<ProtocolNames>,
     /// The shard position of the last record adjudicated.
     last_pos: u64,
     /// Where each accepted event of the chain is in the inbox, in chain order, for export.
@@ -105,9 +111,10 @@ impl GameActor {
         let chain = GameChain::new(&engine.config.registry);
         GameActor {
             engine,
-            inbox,
-            game,
+            inbox: inbox.into(),
+            game: game.into(),
             chain,
+            protocol: OnceCell::new(),
             last_pos: 0,
             accepted: Vec::new(),
             choice: [None, None],
@@ -140,7 +147,7 @@ impl GameActor {
                 Err(r) => return (ChainVerdict::Rejected(r), None, None),
             },
         };
-        if event.game != self.game {
+        if *event.game != *self.game {
             return (
                 ChainVerdict::Rejected(Refusal::with(Reason::Schema, "game")),
                 None,
@@ -156,9 +163,10 @@ impl GameActor {
             let foreign = self
                 .chain
                 .inboxes()
-                .is_some_and(|list| !list.contains(&self.inbox));
+                .is_some_and(|list| !list.iter().any(|i| **i == *self.inbox));
             if foreign {
                 self.chain = GameChain::new(&self.engine.config.registry);
+                self.protocol = OnceCell::new();
                 verdict = ChainVerdict::Rejected(Refusal::with(Reason::BadRules, "inbox"));
             }
         }
@@ -342,8 +350,8 @@ impl GameActor {
             return;
         }
         self.engine.rooms.publish(Publication {
-            inbox: self.inbox.clone(),
-            game: self.game.clone(),
+            inbox: self.inbox.to_string(),
+            game: self.game.to_string(),
             cause,
             views,
         });
@@ -403,15 +411,17 @@ impl GameActor {
                 x: Some(k.hex(Seat::X)),
                 o: Some(k.hex(Seat::O)),
             });
-            let empty = serde_json::Map::new();
+            let protocol = self.protocol.get_or_init(|| ProtocolNames {
+                protocol: p.refs().first().copied().unwrap_or("").into(),
+                protocol_id: p.id().into(),
+                rules: Arc::new(self.chain.rules().cloned().unwrap_or_default()),
+            });
             state::assemble(
                 &self.inbox,
                 &self.game,
                 viewer,
                 state::Source::Started(state::Started {
-                    protocol: p.refs().first().copied().unwrap_or(""),
-                    protocol_id: p.id(),
-                    rules: self.chain.rules().unwrap_or(&empty),
+                    protocol,
                     keys,
                     seq: self.chain.seq().unwrap_or(0),
                     head: self.chain.head().unwrap_or(""),
@@ -434,9 +444,11 @@ impl GameActor {
                     } else {
                         Phase::Waiting
                     },
-                    protocol: &reg.protocol,
-                    protocol_id: &reg.protocol_id,
-                    rules: &reg.rules,
+                    protocol: ProtocolNames {
+                        protocol: reg.protocol.clone(),
+                        protocol_id: reg.protocol_id.clone(),
+                        rules: reg.rules.clone(),
+                    },
                     signed: reg.signed,
                     keys: KeysView {
                         x: reg.key_x.clone(),
