@@ -136,8 +136,8 @@ fn encode(state: &SharedState) -> Result<StateFrame, Failure> {
 
 fn auth(seat: &SeatRef) -> SeatAuth {
     SeatAuth {
-        inbox: seat.inbox.to_string(),
-        game: seat.game.to_string(),
+        inbox: seat.inbox.clone(),
+        game: seat.game.clone(),
         seat: seat.seat,
     }
 }
@@ -194,8 +194,8 @@ impl Games for HubGames {
     async fn open_seat(&self, token: &str) -> Option<SeatRef> {
         let auth = self.hub.seat_for_token(token).await?;
         Some(SeatRef {
-            inbox: auth.inbox.into(),
-            game: auth.game.into(),
+            inbox: auth.inbox,
+            game: auth.game,
             seat: auth.seat,
             // The same digest `Person::seat` keys HTTP requests by, so the budget is shared.
             person: Sha256::digest(token.as_bytes()).into(),

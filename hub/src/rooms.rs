@@ -58,8 +58,9 @@ pub enum Cause {
 /// One publication: what happened and everyone's view of the game afterwards.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Publication {
-    pub inbox: String,
-    pub game: String,
+    /// The game's ids, shared with its actor.
+    pub inbox: Arc<str>,
+    pub game: Arc<str>,
     pub cause: Cause,
     pub views: Arc<Views>,
 }
@@ -108,14 +109,16 @@ impl LocalRooms {
 
 impl Rooms for LocalRooms {
     fn publish(&self, publication: Publication) {
-        let key = (publication.inbox.clone(), publication.game.clone());
-        let Some(sender) = self.rooms.get(&key).map(|s| s.clone()) else {
+        let (inbox, game) = (publication.inbox.clone(), publication.game.clone());
+        let key = (&*inbox, &*game);
+        let Some(sender) = self.rooms.get(&key as &dyn GameIds).map(|s| s.clone()) else {
             return;
         };
         if sender.send(publication).is_err() {
             // Nobody listens any more: drop the room, unless a subscriber arrived between
             // the send and now.
-            self.rooms.remove_if(&key, |_, s| s.receiver_count() == 0);
+            self.rooms
+                .remove_if(&key as &dyn GameIds, |_, s| s.receiver_count() == 0);
         }
     }
 
@@ -188,7 +191,7 @@ mod tests {
         rooms.publish(publication("other"));
         rooms.publish(publication("g"));
         let got = rx.try_recv().expect("one publication");
-        assert_eq!(got.game, "g");
+        assert_eq!(&*got.game, "g");
         let seat_of = |seat| got.views.for_seat(seat).map(|s| s.seat);
         assert_eq!(seat_of(Some(Seat::O)), Some(Some(Seat::O)));
         assert_eq!(seat_of(None), Some(None));

@@ -203,8 +203,8 @@ fn parse_seat(key: &str, value: &[u8]) -> Option<([u8; 32], SeatAuth)> {
     Some((
         hash,
         SeatAuth {
-            inbox: rec.inbox,
-            game: rec.game,
+            inbox: rec.inbox.into(),
+            game: rec.game.into(),
             seat,
         },
     ))
@@ -382,7 +382,7 @@ impl Seats {
         let before = self.tokens.len();
         self.tokens.retain(|_, auth| {
             self.games
-                .contains_key(&(auth.inbox.as_str(), auth.game.as_str()) as &dyn GameIds)
+                .contains_key(&(&*auth.inbox, &*auth.game) as &dyn GameIds)
         });
         before - self.tokens.len()
     }
@@ -499,8 +499,8 @@ impl Seats {
         self.tokens.insert(
             hash,
             SeatAuth {
-                inbox: inbox.to_string(),
-                game: game.to_string(),
+                inbox: inbox.into(),
+                game: game.into(),
                 seat,
             },
         );
@@ -669,7 +669,7 @@ impl Seats {
         let stale: Vec<[u8; 32]> = self
             .tokens
             .iter()
-            .filter(|e| e.value().inbox == reg.inbox && e.value().game == reg.game)
+            .filter(|e| *e.value().inbox == *reg.inbox && *e.value().game == *reg.game)
             .map(|e| *e.key())
             .collect();
         for hash in stale {

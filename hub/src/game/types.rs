@@ -5,6 +5,7 @@
 //! edges' business, not this module's.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use games::reason::Refusal;
 use games::Seat;
@@ -32,11 +33,12 @@ pub(crate) fn ser_opt_capture<S: Serializer>(c: &Option<Capture>, s: S) -> Resul
     }
 }
 
-/// The seat a token opens: one seat of one game of one inbox.
+/// The seat a token opens: one seat of one game of one inbox. Its ids are shared: a seat
+/// names its game on every move it makes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeatAuth {
-    pub inbox: String,
-    pub game: String,
+    pub inbox: Arc<str>,
+    pub game: Arc<str>,
     pub seat: Seat,
 }
 

@@ -105,7 +105,7 @@ pub async fn post_event(
     let inbox = path.into_inner();
     extract::check_inbox(&inbox)?;
     let caller = extract::caller(&state, &req).await?;
-    if caller.auth.as_ref().is_some_and(|a| a.inbox != inbox) {
+    if caller.auth.as_ref().is_some_and(|a| *a.inbox != *inbox) {
         return Err(ApiError::forbidden("this token belongs to another inbox"));
     }
     extract::charge(&state, &caller).await?;

@@ -114,7 +114,7 @@ pub async fn seat_of(
         .auth
         .clone()
         .ok_or_else(|| ApiError::unauthorized("this route needs a seat token"))?;
-    if auth.inbox != inbox || auth.game != game {
+    if *auth.inbox != *inbox || *auth.game != *game {
         return Err(ApiError::forbidden("this token belongs to another game"));
     }
     Ok((caller, auth))

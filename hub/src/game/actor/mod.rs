@@ -350,8 +350,8 @@ impl GameActor {
             return;
         }
         self.engine.rooms.publish(Publication {
-            inbox: self.inbox.to_string(),
-            game: self.game.to_string(),
+            inbox: self.inbox.clone(),
+            game: self.game.clone(),
             cause,
             views,
         });
@@ -411,10 +411,30 @@ impl GameActor {
                 x: Some(k.hex(Seat::X)),
                 o: Some(k.hex(Seat::O)),
             });
-            let protocol = self.protocol.get_or_init(|| ProtocolNames {
-                protocol: p.refs().first().copied().unwrap_or("").into(),
-                protocol_id: p.id().into(),
-                rules: Arc::new(self.chain.rules().cloned().unwrap_or_default()),
+            let protocol = self.protocol.get_or_init(|| {
+                let name = p.refs().first().copied().unwrap_or("");
+                let rules = self.chain.rules();
+                // A seated game's registration holds the same names, shared with every
+                // game of its protocol and rules: a copy of the rules per game would
+                // cost an open game more than the copies per move did.
+                match self.registration() {
+                    Some(reg)
+                        if *reg.protocol == *name
+                            && *reg.protocol_id == *p.id()
+                            && rules.is_some_and(|r| *r == *reg.rules) =>
+                    {
+                        ProtocolNames {
+                            protocol: reg.protocol.clone(),
+                            protocol_id: reg.protocol_id.clone(),
+                            rules: reg.rules.clone(),
+                        }
+                    }
+                    _ => ProtocolNames {
+                        protocol: name.into(),
+                        protocol_id: p.id().into(),
+                        rules: Arc::new(rules.cloned().unwrap_or_default()),
+                    },
+                }
             });
             state::assemble(
                 &self.inbox,

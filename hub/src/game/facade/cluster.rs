@@ -241,8 +241,8 @@ impl Hub {
             return Ok(None);
         }
         let wait = self.engine.config.verdict_wait;
-        let target = (auth.inbox.as_str(), auth.game.as_str(), auth.seat);
-        let game = (auth.inbox.as_str(), auth.game.as_str());
+        let target = (&*auth.inbox, &*auth.game, auth.seat);
+        let game = (&*auth.inbox, &*auth.game);
         match cluster.forward_write(shard, target, what, wait).await? {
             Forwarded::Appended(capture, hash) => Ok(Some(
                 self.await_verdict(capture, game, || hash, Some(auth.seat))

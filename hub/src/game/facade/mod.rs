@@ -169,7 +169,7 @@ impl Hub {
     ) -> Result<Posted, HubError> {
         let reg = self.registration(inbox, &event.game).await?;
         if let Some(a) = &auth {
-            if a.inbox != inbox || a.game != event.game {
+            if *a.inbox != *inbox || *a.game != *event.game {
                 return Err(HubError::Forbidden("this token is for another game".into()));
             }
             if a.seat != event.player {
@@ -420,8 +420,8 @@ impl Hub {
         let ttl_ms = self.engine.config.code_ttl.as_millis() as u64;
         let (code, expires_ms) = self.engine.seats.new_code(auth, ttl_ms).await?;
         Ok(NewCode {
-            inbox: auth.inbox.clone(),
-            game: auth.game.clone(),
+            inbox: auth.inbox.to_string(),
+            game: auth.game.to_string(),
             pairing_code: code,
             expires_at: seats::rfc3339(expires_ms),
         })
@@ -510,7 +510,7 @@ impl Hub {
             .inbox
             .append(&auth.inbox, &auth.game, Some(auth.seat), draft.raw)
             .await?;
-        let game = (auth.inbox.as_str(), auth.game.as_str());
+        let game = (&*auth.inbox, &*auth.game);
         Ok(self
             .await_verdict(capture, game, || draft.hash, Some(auth.seat))
             .await)

@@ -326,3 +326,34 @@ async fn a_hub_held_move_after_the_actor_stopped_is_drafted_by_the_rebuilt_actor
     assert_eq!(report[0].verdict, EntryVerdict::Ok);
     assert_eq!(export.lines().count(), 4);
 }
+
+#[actix_rt::test]
+async fn seated_games_of_one_protocol_share_its_names_in_every_state() {
+    let f = open(config()).await;
+    let mut names = Vec::new();
+    for signed in [false, true] {
+        let (x, o) = seated(&f, "pipehub:tic-tac-toe", signed).await;
+        f.hub
+            .post_move(&x, json!({"move": {"row": 0, "col": 0}}))
+            .await
+            .expect("move");
+        for seat in [&x, &o] {
+            let s = f
+                .hub
+                .state(INBOX, &seat.game, Viewer::Seat(seat.seat))
+                .await
+                .expect("state");
+            assert_eq!(s.phase, Phase::Started);
+            names.push((
+                s.protocol.clone().expect("protocol"),
+                s.protocol_id.clone().expect("protocol id"),
+                s.rules.clone().expect("rules"),
+            ));
+        }
+    }
+    // Not a copy per game or per state: an open game keeps its names for its whole life.
+    let (protocol, id, rules) = &names[0];
+    for (p, i, r) in &names[1..] {
+        assert!(Arc::ptr_eq(p, protocol) && Arc::ptr_eq(i, id) && Arc::ptr_eq(r, rules));
+    }
+}
