@@ -216,7 +216,8 @@ impl Serialize for SharedState {
 
 /// The protocol of a game, as its states name it. Like the game's ids, held once by its
 /// actor and shared with every state it builds (one for each watching viewer after every
-/// move), not copied into each.
+/// move), not copied into each; a seated game's are its registration's, one copy for
+/// every game of the same protocol and rules.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProtocolNames {
     /// The protocol's canonical ref.
