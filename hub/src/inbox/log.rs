@@ -6,7 +6,8 @@
 //! limit the next batch goes to a fresh segment. Older segments are complete: the last
 //! batch written to one was fsynced before the next segment was made.
 //!
-//! At open every segment is read front to back. The first frame that is short or fails its
+//! At open every segment is read front to back, a chunk at a time (a log's size does not
+//! decide how much memory opening it takes). The first frame that is short or fails its
 //! checksum in the *newest* segment marks a torn tail — a batch that was being written when
 //! the process died, never acknowledged — and the segment is cut there. The same damage in
 //! an older segment is not a torn tail but lost data, and open refuses it.
@@ -232,9 +233,8 @@ impl SegmentLog {
             }
             let path = segment_path(dir, stem, index);
             let file = open_segment(&path)?;
-            let data = fs::read(&path)?;
-            let good = scan(&data, i as u32, &mut replayed, &mut visit)?;
-            if good < data.len() {
+            let (good, len) = replay(&file, i as u32, READ_CHUNK, &mut replayed, &mut visit)?;
+            if good < len {
                 if i + 1 != indexes.len() {
                     return Err(StoreError::Corrupt(format!(
                         "{} is damaged at byte {good} and is not the newest segment",
@@ -243,18 +243,16 @@ impl SegmentLog {
                 }
                 // Zeros alone are space allocated ahead (the process stopped without
                 // cutting it), not a torn batch.
-                let torn = data[good..]
-                    .iter()
-                    .rposition(|&b| b != 0)
-                    .map_or(0, |at| at + 1);
+                let torn =
+                    last_nonzero(&file, good, len, READ_CHUNK)?.map_or(0, |at| at + 1 - good);
                 if torn > 0 {
                     tracing::warn!(segment = %path.display(), offset = good, bytes = torn, "cutting a torn tail");
                 }
-                file.set_len(good as u64)?;
+                file.set_len(good)?;
                 file.sync_all()?;
-                replayed.truncated = torn as u64;
+                replayed.truncated = torn;
             }
-            active_len = good as u64;
+            active_len = good;
             files.push(Arc::new(file));
         }
         if files.is_empty() {
@@ -426,15 +424,29 @@ fn segment_indexes(dir: &Path, stem: &str) -> Result<Vec<u32>, StoreError> {
     Ok(out)
 }
 
-/// Visits the intact frames of one segment; returns where the intact part ends.
+/// Why [`scan`] stopped.
+#[derive(Debug, PartialEq, Eq)]
+enum Stop {
+    /// A zero header (where the data ends), an impossible length or a bad checksum.
+    Damage,
+    /// The next frame goes on past the buffer: this many more bytes, at least, are needed.
+    More(usize),
+}
+
+/// Visits the intact frames of `data`, which lies at `base` in `segment`; returns where
+/// in `data` the intact frames end and why they end there.
 fn scan(
     data: &[u8],
+    base: u64,
     segment: u32,
     replayed: &mut Replayed,
     visit: &mut impl FnMut(FramePos, &[u8]) -> Result<(), StoreError>,
-) -> Result<usize, StoreError> {
+) -> Result<(usize, Stop), StoreError> {
     let mut at = 0;
-    while at + HEADER <= data.len() {
+    loop {
+        if at + HEADER > data.len() {
+            return Ok((at, Stop::More(at + HEADER - data.len())));
+        }
         let mut word = [0u8; 4];
         word.copy_from_slice(&data[at..at + 4]);
         let len = u32::from_le_bytes(word) as usize;
@@ -442,17 +454,20 @@ fn scan(
         let crc = u32::from_le_bytes(word);
         let start = at + HEADER;
         // No frame is empty: a zero header is where the data ends.
-        if len == 0 || len > MAX_PAYLOAD || start + len > data.len() {
-            break;
+        if len == 0 || len > MAX_PAYLOAD {
+            return Ok((at, Stop::Damage));
+        }
+        if start + len > data.len() {
+            return Ok((at, Stop::More(start + len - data.len())));
         }
         let payload = &data[start..start + len];
         if crc32fast::hash(payload) != crc {
-            break;
+            return Ok((at, Stop::Damage));
         }
         visit(
             FramePos {
                 segment,
-                offset: start as u64,
+                offset: base + start as u64,
                 len: len as u32,
             },
             payload,
@@ -461,7 +476,57 @@ fn scan(
         replayed.bytes += (HEADER + len) as u64;
         at = start + len;
     }
-    Ok(at)
+}
+
+/// How much of a segment open reads at a time: replaying a log needs this much memory
+/// (or one frame, when a frame is longer), however long the segment has grown.
+const READ_CHUNK: usize = 1 << 20;
+
+/// Visits the intact frames of one segment file front to back, reading `chunk` bytes at
+/// a time; returns where the intact part ends and the file's length.
+fn replay(
+    file: &File,
+    segment: u32,
+    chunk: usize,
+    replayed: &mut Replayed,
+    visit: &mut impl FnMut(FramePos, &[u8]) -> Result<(), StoreError>,
+) -> Result<(u64, u64), StoreError> {
+    let len = file.metadata()?.len();
+    // `buf` holds the file's bytes from `base` on: what the last scan left of a frame,
+    // then the next chunk.
+    let mut buf = Vec::with_capacity(chunk);
+    let mut base = 0u64;
+    loop {
+        let (at, stop) = scan(&buf, base, segment, replayed, visit)?;
+        let end = base + buf.len() as u64;
+        let need = match stop {
+            Stop::More(need) if end < len => need,
+            _ => return Ok((base + at as u64, len)),
+        };
+        buf.drain(..at);
+        base += at as u64;
+        let more = need.max(chunk).min((len - end) as usize);
+        let filled = buf.len();
+        buf.resize(filled + more, 0);
+        file.read_exact_at(&mut buf[filled..], end)?;
+    }
+}
+
+/// Where the last byte that is not zero lies in `file` between `from` and `to`, reading
+/// `chunk` bytes at a time.
+fn last_nonzero(file: &File, from: u64, to: u64, chunk: usize) -> Result<Option<u64>, StoreError> {
+    let mut buf = vec![0u8; chunk.min((to - from) as usize)];
+    let mut last = None;
+    let mut at = from;
+    while at < to {
+        let n = buf.len().min((to - at) as usize);
+        file.read_exact_at(&mut buf[..n], at)?;
+        if let Some(i) = buf[..n].iter().rposition(|&b| b != 0) {
+            last = Some(at + i as u64);
+        }
+        at += n as u64;
+    }
+    Ok(last)
 }
 
 #[cfg(test)]
@@ -672,6 +737,68 @@ mod tests {
         fs::write(&path, &data).expect("write");
         let opened = SegmentLog::open(dir.path(), "t", 16, |_, _| Ok(()));
         assert!(matches!(opened, Err(StoreError::Corrupt(_))));
+    }
+
+    /// Replays `file` reading `chunk` bytes at a time: every frame visited (where and
+    /// what), where the intact part ends, and the last byte after it that is not zero.
+    type Replay = (Vec<(FramePos, Vec<u8>)>, u64, Option<u64>);
+
+    fn replay_by(file: &File, chunk: usize) -> Replay {
+        let mut seen = Vec::new();
+        let mut replayed = Replayed::default();
+        let (good, len) = replay(file, 3, chunk, &mut replayed, &mut |at, p| {
+            seen.push((at, p.to_vec()));
+            Ok(())
+        })
+        .expect("replay");
+        assert_eq!(replayed.frames, seen.len() as u64);
+        let last = last_nonzero(file, good, len, chunk).expect("read");
+        (seen, good, last)
+    }
+
+    proptest::proptest! {
+        /// A segment read a chunk at a time, whatever the chunk's size against its frames,
+        /// replays exactly as when read whole: the same frames at the same places, and the
+        /// same end, whether the segment ends cleanly, in zeros allocated ahead, in a torn
+        /// frame or in a damaged one.
+        #[test]
+        fn a_segment_read_by_chunks_replays_as_one_read_whole(
+            lens in proptest::collection::vec(1usize..300, 0..40),
+            tail in 0u8..5,
+            chunk in 1usize..700,
+        ) {
+            let mut data = Vec::new();
+            for (i, len) in lens.iter().enumerate() {
+                frame(&mut data, |out| out.extend((0..*len).map(|j| (i * 7 + j) as u8)));
+            }
+            match tail {
+                1 => data.extend_from_slice(&[0u8; 333]),
+                2 => {
+                    let mut torn = Vec::new();
+                    frame(&mut torn, |out| out.extend_from_slice(&[9u8; 50]));
+                    data.extend_from_slice(&torn[..torn.len() - 20]);
+                }
+                3 => {
+                    let mut bad = Vec::new();
+                    frame(&mut bad, |out| out.extend_from_slice(&[5u8; 40]));
+                    bad[HEADER + 3] ^= 1;
+                    data.extend_from_slice(&bad);
+                    data.extend_from_slice(&[0u8; 100]);
+                }
+                4 => data.extend_from_slice(&(MAX_PAYLOAD as u32 + 1).to_le_bytes()),
+                _ => {}
+            }
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("segment");
+            fs::write(&path, &data).expect("write");
+            let file = File::open(&path).expect("open");
+            let whole = replay_by(&file, data.len().max(1));
+            proptest::prop_assert_eq!(whole.0.len(), lens.len());
+            let framed: u64 = lens.iter().map(|l| (HEADER + l) as u64).sum();
+            proptest::prop_assert_eq!(whole.1, framed);
+            proptest::prop_assert_eq!(whole.2.is_some(), tail >= 2);
+            proptest::prop_assert_eq!(replay_by(&file, chunk), whole);
+        }
     }
 
     #[test]
