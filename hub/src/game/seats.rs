@@ -301,7 +301,10 @@ impl Commons {
 }
 
 impl Seats {
-    /// Loads the open-game records, and the registrations and seats of those games.
+    /// Loads the open-game records and the registrations of those games, one read each.
+    /// It reads nothing of the games that finished, however many the store holds: their
+    /// records are read when asked for. Nor the seats: a token is read from the store the
+    /// first time it is used after the hub opened (and cached while its game is open).
     pub async fn load(meta: Arc<dyn Meta>, shared: bool) -> Result<Seats, HubError> {
         let seats = Seats {
             meta,
@@ -318,23 +321,16 @@ impl Seats {
                 open_games.insert((inbox.to_string(), game.to_string()));
             }
         }
-        let is_open = |inbox: &str, game: &str| open_games.contains(&(inbox, game) as &dyn GameIds);
-        for (key, value) in seats.meta.scan("game/").await? {
-            match serde_json::from_slice::<Registration>(&value) {
-                Ok(reg) if is_open(&reg.inbox, &reg.game) => {
-                    seats.cache(reg);
-                }
-                Ok(_) => {}
-                Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
-            }
-        }
-        for (key, value) in seats.meta.scan("seat/").await? {
-            let Some((hash, auth)) = parse_seat(&key, &value) else {
-                tracing::warn!(%key, "unreadable seat record skipped");
-                continue;
-            };
-            if is_open(&auth.inbox, &auth.game) {
-                seats.tokens.insert(hash, auth);
+        for (inbox, game) in open_games {
+            let key = game_key(&inbox, &game);
+            match seats.meta.get(&key).await? {
+                Some(value) => match serde_json::from_slice::<Registration>(&value) {
+                    Ok(reg) => {
+                        seats.cache(reg);
+                    }
+                    Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
+                },
+                None => tracing::warn!(%key, "an open game without a registration skipped"),
             }
         }
         Ok(seats)
@@ -441,6 +437,18 @@ impl Seats {
     /// How many open games `person` hosts, counted in the store (every hub node's).
     pub async fn open_games_stored(&self, person: &str) -> Result<u64, HubError> {
         Ok(self.meta.scan(&format!("open/{person}/")).await?.len() as u64)
+    }
+
+    /// Looks a token up in the store and caches it when its game is open here: a finished
+    /// game's token, or one issued before the hub opened.
+    pub async fn load_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
+        let Some((auth, hash)) = self.stored_token(token).await? else {
+            return Ok(None);
+        };
+        if self.registration(&auth.inbox, &auth.game).is_some() {
+            self.tokens.insert(hash, auth.clone());
+        }
+        Ok(Some(auth))
     }
 
     /// Looks a token up in the store (issued by another hub node) and caches it.

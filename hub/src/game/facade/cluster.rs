@@ -197,9 +197,9 @@ impl Hub {
         let stored = if self.clustered() {
             self.engine.seats.refresh_token(token).await
         } else {
-            // A finished game's seat is no longer cached.
-            let stored = self.engine.seats.stored_token(token).await;
-            stored.map(|found| found.map(|(auth, _)| auth))
+            // A finished game's seat is no longer cached, and an open game's is cached
+            // from its first use after the hub opened.
+            self.engine.seats.load_token(token).await
         };
         stored
             .inspect_err(|e| tracing::warn!(error = %e, "a seat token could not be looked up"))

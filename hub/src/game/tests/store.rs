@@ -94,9 +94,8 @@ async fn a_seated_game_survives_a_restart_on_the_embedded_store() {
 
     let (inbox, meta) = stores(dir.path());
     let g = open_on(inbox, meta, config()).await;
-    // The tokens still open their seats; the chain and the verdicts are as they were.
-    let x2 = g.hub.seat_for_token_count();
-    assert_eq!(x2, 2);
+    // The chain and the verdicts are as they were. (The tokens are read from the store
+    // when first used: a_seat_is_read_from_the_store_at_its_first_use_after_a_restart.)
     let item = g
         .hub
         .capture(INBOX, last.expect("capture"))
@@ -194,14 +193,66 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
     check(f.hub.clone()).await.shutdown().await;
     drop(f);
 
-    // After a restart only the open game is loaded into the cache.
+    // After a restart only the open game's registration is loaded into the cache, and
+    // no seat until it is used; then only the open game's.
     let (inbox, meta) = stores(dir.path());
     let g = open_on(inbox, meta, config()).await;
-    assert_eq!(g.hub.seat_for_token_count(), 1);
+    assert_eq!(g.hub.seat_for_token_count(), 0);
     assert!(g.hub.registration_cached(INBOX, &open.game));
     assert!(!g.hub.registration_cached(INBOX, &x.game));
     assert_eq!(g.hub.engine_open_games("host-1"), 1);
-    check(g.hub.clone()).await.shutdown().await;
+    let g_hub = check(g.hub.clone()).await;
+    assert_eq!(
+        g_hub.seat_for_token_count(),
+        0,
+        "a finished game's seats stay out"
+    );
+    assert!(g_hub.seat_for_token(&open.token).await.is_some());
+    assert_eq!(g_hub.seat_for_token_count(), 1, "the open game's X");
+    g_hub.shutdown().await;
+}
+
+#[actix_rt::test]
+async fn a_seat_is_read_from_the_store_at_its_first_use_after_a_restart() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (inbox, meta) = stores(dir.path());
+    let f = open_on(inbox, meta, config()).await;
+    // One game paired and under way, one waiting for O.
+    let playing = f
+        .hub
+        .create_game(INBOX, tic_tac_toe(), "host-1")
+        .await
+        .expect("create");
+    let paired = f.hub.pair(&playing.pairing_code, None).await.expect("pair");
+    let x = f.hub.seat_for_token(&playing.token).await.expect("X");
+    play(&f.hub, &[(&x, 0, 0)]).await;
+    let waiting = f
+        .hub
+        .create_game(INBOX, tic_tac_toe(), "host-1")
+        .await
+        .expect("create");
+    f.hub.shutdown().await;
+    drop(f);
+
+    let (inbox, meta) = stores(dir.path());
+    let g = open_on(inbox, meta, config()).await;
+    assert_eq!(g.hub.seat_for_token_count(), 0, "no seat is read at open");
+    // Each token opens its seat, read from the store once and cached from then on.
+    let o = g.hub.seat_for_token(&paired.token).await.expect("O");
+    assert_eq!((o.seat, &*o.game), (Seat::O, playing.game.as_str()));
+    assert_eq!(g.hub.seat_for_token_count(), 1);
+    assert_eq!(g.hub.seat_for_token(&paired.token).await, Some(o.clone()));
+    assert_eq!(g.hub.seat_for_token_count(), 1);
+    play(&g.hub, &[(&o, 1, 1)]).await;
+    assert_eq!(g.hub.seat_for_token(&"0".repeat(64)).await, None);
+    // Cancelling the waiting game with its X's token read after the restart still leaves
+    // that token opening nothing.
+    let host = g.hub.seat_for_token(&waiting.token).await.expect("X");
+    assert_eq!(g.hub.seat_for_token_count(), 2);
+    g.hub.cancel(&host).await.expect("cancel");
+    assert_eq!(g.hub.seat_for_token(&waiting.token).await, None);
+    assert_eq!(g.hub.seat_for_token_count(), 1);
+    g.hub.shutdown().await;
 }
 
 #[actix_rt::test]
