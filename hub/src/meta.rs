@@ -15,6 +15,8 @@
 //! What it deliberately does not do: transactions across keys, expiry (callers store
 //! deadlines in values and check them), or large values.
 
+use std::ops::Bound;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 
@@ -47,12 +49,88 @@ pub trait Meta: Send + Sync {
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError>;
 
     /// Every key starting with `prefix`, with its value, in key order.
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError>;
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError> {
+        self.scan_page(prefix, None, usize::MAX).await
+    }
+
+    /// The first `limit` keys starting with `prefix` that come after `after` (from the
+    /// first such key when `None`), with their values, in key order: a walk over more keys
+    /// than should be held at once, a page at a time.
+    async fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Bytes)>, StoreError>;
 
     /// False when the store cannot take writes.
     fn ready(&self) -> bool;
 }
 
 pub use embedded::{EmbeddedMeta, PACING};
+
+/// Where a page of [`Meta::scan_page`] starts: just after `after`, or at `prefix` when
+/// there is no `after` or it comes before the prefix.
+pub(crate) fn page_start<'a>(prefix: &'a str, after: Option<&'a str>) -> Bound<&'a str> {
+    match after.filter(|after| *after >= prefix) {
+        Some(after) => Bound::Excluded(after),
+        None => Bound::Included(prefix),
+    }
+}
+
+/// What every backend's [`Meta::scan_page`] must do, checked against its own `scan`: pages
+/// of any size walk a prefix's keys once each, in order, and nothing outside it.
+#[cfg(test)]
+pub(crate) async fn check_scan_pages(meta: &dyn Meta) {
+    let hashed = |n: u8, prefix: &str| format!("{prefix}{}", hex::encode([n; 32]));
+    let mut keys = vec![
+        "cod".to_string(),
+        "code".to_string(),
+        "code/".to_string(),
+        "code/short".to_string(),
+        "code0".to_string(),
+        "seat/short".to_string(),
+    ];
+    for n in [0x00, 0x10, 0x7f, 0xab, 0xff] {
+        keys.push(hashed(n, "code/"));
+        keys.push(hashed(n, "seat/"));
+    }
+    for (i, key) in keys.iter().enumerate() {
+        meta.put(key, Bytes::from(i.to_string()))
+            .await
+            .expect("put");
+    }
+    for prefix in ["code/", "seat/", "", "zzz"] {
+        let whole = meta.scan(prefix).await.expect("scan");
+        let expected: usize = keys.iter().filter(|k| k.starts_with(prefix)).count();
+        assert_eq!(whole.len(), expected, "{prefix:?}");
+        for limit in [1, 2, 3, 7, 1000] {
+            let mut walked = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let page = meta
+                    .scan_page(prefix, after.as_deref(), limit)
+                    .await
+                    .expect("page");
+                assert!(page.len() <= limit);
+                let more = page.len() == limit;
+                after = page.last().map(|(k, _)| k.clone());
+                walked.extend(page);
+                if !more {
+                    break;
+                }
+            }
+            assert_eq!(walked, whole, "{prefix:?} by pages of {limit}");
+        }
+    }
+    // An `after` before the prefix starts from its first key; one past it finds nothing.
+    let first = meta.scan_page("code/", Some("a"), 1).await.expect("page");
+    assert_eq!(first[0].0, "code/");
+    let none = meta
+        .scan_page("code/", Some("code0"), 10)
+        .await
+        .expect("page");
+    assert!(none.is_empty());
+}
 
 mod embedded;

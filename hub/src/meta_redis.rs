@@ -12,6 +12,7 @@
 //! with the embedded store), or cache anything (each node's [`crate::game::seats`] keeps
 //! its own cache and refreshes it from here when the hub runs clustered).
 
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -139,20 +140,27 @@ impl Meta for RedisMeta {
         Ok(as_bytes(self.script(&self.take, key, &[]).await?))
     }
 
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError> {
+    async fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Bytes)>, StoreError> {
         let mut con = self.con.clone();
-        // `[prefix` to `[prefix\xff`: every key that starts with the prefix, in order
-        // (keys are UTF-8, so no key byte is 0xff).
+        // `[prefix` (or `(after`) to `[prefix\xff`: the keys that start with the prefix,
+        // in order (keys are UTF-8, so no key byte is 0xff).
+        let low = match crate::meta::page_start(prefix, after) {
+            Bound::Excluded(after) => format!("({after}"),
+            _ => format!("[{prefix}"),
+        };
         let mut high = format!("[{prefix}").into_bytes();
         high.push(0xff);
-        let keys: Vec<String> = self.seen(
-            redis::cmd("ZRANGEBYLEX")
-                .arg(KEYS)
-                .arg(format!("[{prefix}"))
-                .arg(high)
-                .query_async(&mut con)
-                .await,
-        )?;
+        let mut range = redis::cmd("ZRANGEBYLEX");
+        range.arg(KEYS).arg(low).arg(high);
+        if limit != usize::MAX {
+            range.arg("LIMIT").arg(0).arg(limit);
+        }
+        let keys: Vec<String> = self.seen(range.query_async(&mut con).await)?;
         let mut out = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(512) {
             let mut cmd = redis::cmd("HMGET");

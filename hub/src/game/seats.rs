@@ -625,18 +625,30 @@ impl Seats {
     /// before `now_ms`: until then a late try answers `code_used` or `code_expired`,
     /// afterwards `not_found`, and the store does not grow with every code ever issued.
     /// Returns how many it removed.
+    /// The codes are read a page at a time: a day's codes are as many as the games
+    /// seated in a day, too many to hold at once on a busy hub.
     pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<usize, HubError> {
+        // Pages of two in tests, so that theirs walk several, deleting as they go.
+        const PAGE: usize = if cfg!(test) { 2 } else { 1024 };
         let mut purged = 0;
-        for (key, value) in self.meta.scan("code/").await? {
-            let dead_since = match serde_json::from_slice::<CodeRecord>(&value) {
-                Ok(rec) => rec.expires_ms,
-                Err(_) => 0, // unreadable: nothing can redeem it
-            };
-            if dead_since.saturating_add(keep_ms) < now_ms && self.meta.delete(&key).await? {
-                purged += 1;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.meta.scan_page("code/", after.as_deref(), PAGE).await?;
+            let more = page.len() == PAGE;
+            for (key, value) in &page {
+                let dead_since = match serde_json::from_slice::<CodeRecord>(value) {
+                    Ok(rec) => rec.expires_ms,
+                    Err(_) => 0, // unreadable: nothing can redeem it
+                };
+                if dead_since.saturating_add(keep_ms) < now_ms && self.meta.delete(key).await? {
+                    purged += 1;
+                }
+            }
+            match page.into_iter().last() {
+                Some((key, _)) if more => after = Some(key),
+                _ => return Ok(purged),
             }
         }
-        Ok(purged)
     }
 
     /// A fresh code for X before pairing; the old one dies.

@@ -243,17 +243,31 @@ impl Meta for MemMeta {
         Ok(self.map.lock().remove(key))
     }
 
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError> {
+    async fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Bytes)>, StoreError> {
+        let from = crate::meta::page_start(prefix, after).map(str::to_string);
         Ok(self
             .map
             .lock()
-            .range(prefix.to_string()..)
+            .range((from, std::ops::Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }
 
     fn ready(&self) -> bool {
         true
+    }
+}
+
+mod tests {
+    #[tokio::test]
+    async fn the_memory_meta_store_walks_a_scan_by_pages() {
+        crate::meta::check_scan_pages(&super::MemMeta::default()).await;
     }
 }

@@ -192,3 +192,13 @@ async fn verdicts_are_fenced_by_the_lease() {
         .expect("the holder records");
     assert_eq!(inbox.verdict(c).await.expect("verdict"), Some(v));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_meta_store_walks_a_scan_by_pages() {
+    let s = server();
+    let inbox = RedisInbox::open(&format!("redis://127.0.0.1:{}", s.port), 4)
+        .await
+        .expect("open");
+    let meta = crate::meta_redis::RedisMeta::new(inbox.connection(), inbox.health());
+    crate::meta::check_scan_pages(&meta).await;
+}

@@ -516,14 +516,21 @@ impl Meta for EmbeddedMeta {
             .flatten())
     }
 
-    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Bytes)>, StoreError> {
+    async fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Bytes)>, StoreError> {
+        let from = super::page_start(prefix, after).map(Key::of);
         let places: Vec<(String, FramePos)> = self
             .shared
             .map
             .read()
-            .range(Key::of(prefix)..)
+            .range((from, std::ops::Bound::Unbounded))
             .map(|(k, at)| (k.to_text(), *at))
             .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
             .collect();
         places
             .into_iter()
@@ -635,6 +642,13 @@ mod tests {
         assert_eq!(meta.syncs(), 3);
         assert_eq!(seconds.get_sample_count(), 2);
         assert!(seconds.get_sample_sum() > 0.0);
+    }
+
+    #[tokio::test]
+    async fn pages_of_a_scan_walk_every_key_once_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = EmbeddedMeta::open(dir.path()).expect("open");
+        crate::meta::check_scan_pages(&meta).await;
     }
 
     #[tokio::test]
