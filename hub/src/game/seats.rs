@@ -407,19 +407,32 @@ impl Seats {
         }
     }
 
-    /// Re-reads every registration of one inbox from the store (for the game listing of a
-    /// hub node whose peers create games too).
+    /// Re-reads the registrations of one inbox's open games from the store (for the game
+    /// listing of a hub node whose peers create games too): the open-game marks of every
+    /// host, and the registration of each of the inbox's, one read a game. A finished
+    /// game's is not read, nor cached: the cache holds open games only.
     pub async fn refresh_inbox(&self, inbox: &str) -> Result<(), HubError> {
-        let mut fresh = Vec::new();
-        for (key, value) in self.meta.scan(&format!("game/{inbox}/")).await? {
+        let mut open = HashSet::new();
+        for (key, _) in self.meta.scan("open/").await? {
+            if let Some((_, i, game)) = parse_open_key(&key) {
+                if i == inbox {
+                    open.insert(game.to_string());
+                }
+            }
+        }
+        let mut fresh = Vec::with_capacity(open.len());
+        for game in &open {
+            let key = game_key(inbox, game);
+            let Some(value) = self.meta.get(&key).await? else {
+                continue; // cancelled meanwhile
+            };
             match serde_json::from_slice::<Registration>(&value) {
-                Ok(reg) if reg.inbox == inbox => fresh.push(reg),
-                Ok(_) => {}
+                Ok(reg) => fresh.push(reg),
                 Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
             }
         }
         self.games
-            .retain(|(i, g), _| i != inbox || fresh.iter().any(|r| &r.game == g));
+            .retain(|(i, g), _| i != inbox || open.contains(g));
         for reg in fresh {
             self.cache(reg);
         }
@@ -857,6 +870,45 @@ mod tests {
             created_ms: 0,
             code_hash: None,
         }
+    }
+
+    #[actix_rt::test]
+    async fn a_refreshed_inbox_caches_its_open_games_only() {
+        // Two nodes on one store: games created and closed on one are listed by the other
+        // while open, and leave its cache once closed; another inbox's stay out.
+        let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
+        let creator = Seats::load(meta.clone(), true).await.expect("load");
+        let lister = Seats::load(meta.clone(), true).await.expect("load");
+        let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+        for game in ["g1", "g2", "g3"] {
+            creator
+                .create(registration(game, rules.clone()), 60_000)
+                .await
+                .expect("create");
+        }
+        let mut elsewhere = registration("g4", rules.clone());
+        elsewhere.inbox = "other".into();
+        creator.create(elsewhere, 60_000).await.expect("create");
+        let listed = |seats: &Seats| {
+            let mut games: Vec<String> = seats
+                .registrations("lobby")
+                .iter()
+                .map(|r| r.game.clone())
+                .collect();
+            games.sort();
+            games
+        };
+        lister.refresh_inbox("lobby").await.expect("refresh");
+        assert_eq!(listed(&lister), ["g1", "g2", "g3"]);
+        assert!(lister.registration("other", "g4").is_none());
+        let finished = creator.registration("lobby", "g2").expect("g2");
+        creator.close(&finished).await.expect("close");
+        lister.refresh_inbox("lobby").await.expect("refresh");
+        assert_eq!(
+            listed(&lister),
+            ["g1", "g3"],
+            "a closed game leaves the cache"
+        );
     }
 
     #[actix_rt::test]
