@@ -321,19 +321,33 @@ impl Seats {
                 open_games.insert((inbox.to_string(), game.to_string()));
             }
         }
-        for (inbox, game) in open_games {
-            let key = game_key(&inbox, &game);
-            match seats.meta.get(&key).await? {
-                Some(value) => match serde_json::from_slice::<Registration>(&value) {
-                    Ok(reg) => {
-                        seats.cache(reg);
-                    }
-                    Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
-                },
+        let keys = open_games.iter().map(|(inbox, game)| game_key(inbox, game));
+        for (key, value) in seats.read_many(keys).await? {
+            match value.map(|v| serde_json::from_slice::<Registration>(&v)) {
+                Some(Ok(reg)) => {
+                    seats.cache(reg);
+                }
+                Some(Err(_)) => tracing::warn!(%key, "unreadable game registration skipped"),
                 None => tracing::warn!(%key, "an open game without a registration skipped"),
             }
         }
         Ok(seats)
+    }
+
+    /// The values of `keys`, read a few dozen at a time (one round trip each to Redis).
+    async fn read_many(
+        &self,
+        keys: impl Iterator<Item = String>,
+    ) -> Result<Vec<(String, Option<Bytes>)>, HubError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        futures_util::stream::iter(keys)
+            .map(|key| async move {
+                let value = self.meta.get(&key).await?;
+                Ok::<_, HubError>((key, value))
+            })
+            .buffer_unordered(32)
+            .try_collect()
+            .await
     }
 
     /// The seat a token opens, if its game is open (else see [`Seats::stored_token`]).
@@ -421,14 +435,15 @@ impl Seats {
             }
         }
         let mut fresh = Vec::with_capacity(open.len());
-        for game in &open {
-            let key = game_key(inbox, game);
-            let Some(value) = self.meta.get(&key).await? else {
-                continue; // cancelled meanwhile
-            };
-            match serde_json::from_slice::<Registration>(&value) {
-                Ok(reg) => fresh.push(reg),
-                Err(_) => tracing::warn!(%key, "unreadable game registration skipped"),
+        for (key, value) in self
+            .read_many(open.iter().map(|g| game_key(inbox, g)))
+            .await?
+        {
+            // None: cancelled meanwhile.
+            match value.map(|v| serde_json::from_slice::<Registration>(&v)) {
+                Some(Ok(reg)) => fresh.push(reg),
+                Some(Err(_)) => tracing::warn!(%key, "unreadable game registration skipped"),
+                None => {}
             }
         }
         self.games
