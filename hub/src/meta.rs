@@ -78,6 +78,30 @@ pub(crate) fn page_start<'a>(prefix: &'a str, after: Option<&'a str>) -> Bound<&
     }
 }
 
+/// Every key starting with `prefix`, walked by pages of `limit` until one is short.
+#[cfg(test)]
+pub(crate) async fn walk_pages(
+    meta: &dyn Meta,
+    prefix: &str,
+    limit: usize,
+) -> Vec<(String, Bytes)> {
+    let mut walked = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = meta
+            .scan_page(prefix, after.as_deref(), limit)
+            .await
+            .expect("page");
+        assert!(page.len() <= limit);
+        let more = page.len() == limit;
+        after = page.last().map(|(k, _)| k.clone());
+        walked.extend(page);
+        if !more {
+            return walked;
+        }
+    }
+}
+
 /// What every backend's [`Meta::scan_page`] must do, checked against its own `scan`: pages
 /// of any size walk a prefix's keys once each, in order, and nothing outside it.
 #[cfg(test)]
@@ -105,21 +129,7 @@ pub(crate) async fn check_scan_pages(meta: &dyn Meta) {
         let expected: usize = keys.iter().filter(|k| k.starts_with(prefix)).count();
         assert_eq!(whole.len(), expected, "{prefix:?}");
         for limit in [1, 2, 3, 7, 1000] {
-            let mut walked = Vec::new();
-            let mut after: Option<String> = None;
-            loop {
-                let page = meta
-                    .scan_page(prefix, after.as_deref(), limit)
-                    .await
-                    .expect("page");
-                assert!(page.len() <= limit);
-                let more = page.len() == limit;
-                after = page.last().map(|(k, _)| k.clone());
-                walked.extend(page);
-                if !more {
-                    break;
-                }
-            }
+            let walked = walk_pages(meta, prefix, limit).await;
             assert_eq!(walked, whole, "{prefix:?} by pages of {limit}");
         }
     }

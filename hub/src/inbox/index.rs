@@ -24,7 +24,7 @@
 //! events are durable.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::hash::BuildHasher;
 use std::io;
 use std::ops::Range;
@@ -214,14 +214,7 @@ pub struct Spill {
 impl Spill {
     /// A fresh spill file in `dir`, unlinked at once: it goes when the store closes.
     pub fn create(dir: &Path) -> io::Result<Spill> {
-        let path = dir.join("index.cache");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
-        std::fs::remove_file(&path)?;
+        let file = super::log::unlinked(dir, "index.cache")?;
         Ok(Spill {
             file,
             end: 0,
@@ -929,7 +922,7 @@ mod tests {
     fn reopened_spill(index: &Index, write: bool) -> File {
         use std::os::fd::AsRawFd;
         let fd = index.spill.as_ref().expect("spilling").file.as_raw_fd();
-        OpenOptions::new()
+        std::fs::OpenOptions::new()
             .read(!write)
             .write(write)
             .open(format!("/proc/self/fd/{fd}"))

@@ -198,6 +198,20 @@ pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A fresh file `name` in `dir`, unlinked at once: a cache that goes when the store closes
+/// (or the process dies), and that nothing opens again.
+pub fn unlinked(dir: &Path, name: &str) -> std::io::Result<File> {
+    let path = dir.join(name);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    fs::remove_file(&path)?;
+    Ok(file)
+}
+
 fn open_segment(path: &Path) -> Result<File, StoreError> {
     Ok(OpenOptions::new()
         .read(true)

@@ -27,6 +27,11 @@
 //! entries are written to a fresh segment, synced, and the old segments removed oldest
 //! first, so a crash at any point replays to the same map.
 //!
+//! The keys of seats and registrations, three of every game ever seated and read by a
+//! running hub only for finished games, do not stay in memory: once enough have gathered,
+//! the writer moves them to runs in an unlinked cache file, of which memory keeps a few
+//! bytes a key (see [`cold`]).
+//!
 //! What it deliberately does not do: cache values, or retry after a failed write or fsync
 //! (the store stops taking writes: the kernel may have dropped the pages).
 
@@ -46,6 +51,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Meta;
 use crate::inbox::log::{self, FramePos, SegmentLog, Segments};
+use cold::{is_cold, Cold, SPILL};
+
+mod cold;
 use crate::inbox::StoreError;
 
 const PUT: u8 = 1;
@@ -70,7 +78,7 @@ pub const PACING: log::Pacing = log::Pacing {
 /// so equality is the form's; order is always the text's. Two hashed keys compare without
 /// being spelled out: their prefixes are the same length, and lowercase hex sorts as the
 /// bytes it spells do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
     /// A place in [`HASHED`], and the hash.
     Hashed(u8, [u8; 32]),
@@ -157,9 +165,9 @@ pub struct EmbeddedMeta {
 /// What callers and the writer share.
 struct Shared {
     /// Durable contents: each key with where its value lies in the log.
-    map: RwLock<BTreeMap<Key, FramePos>>,
+    keys: RwLock<Keys>,
     segments: Segments,
-    /// Lock order: `staged` before `map`.
+    /// Lock order: `staged` before `keys`.
     staged: Mutex<Staged>,
     failed: AtomicBool,
     syncs: AtomicU64,
@@ -208,12 +216,69 @@ fn encode(
     }
 }
 
+/// The durable keys: in memory, or cold (see [`cold`]).
+struct Keys {
+    map: BTreeMap<Key, FramePos>,
+    /// How many of `map`'s keys are cold ones, waiting to be spilled.
+    spillable: usize,
+    cold: Cold,
+}
+
+impl Keys {
+    /// Where `key`'s value lies, if it has one.
+    fn place(&self, key: &Key) -> Result<Option<FramePos>, StoreError> {
+        match self.map.get(key) {
+            Some(at) => Ok(Some(*at)),
+            None if is_cold(key) => self.cold.get(key),
+            None => Ok(None),
+        }
+    }
+
+    fn insert(&mut self, key: Key, at: FramePos) {
+        let cold = is_cold(&key);
+        if cold {
+            self.cold.revive(&key);
+        }
+        if self.map.insert(key, at).is_none() && cold {
+            self.spillable += 1;
+        }
+    }
+
+    fn remove(&mut self, key: &Key) {
+        if is_cold(key) {
+            if self.map.remove(key).is_some() {
+                self.spillable -= 1;
+            }
+            self.cold.forget(key);
+        } else {
+            self.map.remove(key);
+        }
+    }
+}
+
+/// Moves the cold keys in memory to a run, once [`SPILL`] of them have gathered; true when
+/// it did. Called by the writer alone (or before it starts), so nothing changes the map
+/// meanwhile; readers find each key in memory until it is in a listed run.
+fn spill(keys: &RwLock<Keys>) -> bool {
+    let written = {
+        let keys = keys.read();
+        if keys.spillable < SPILL || !keys.cold.spilling() {
+            return false;
+        }
+        let cold = keys.map.iter().filter(|(key, _)| is_cold(key));
+        keys.cold.write(cold, keys.spillable)
+    };
+    let mut keys = keys.write();
+    let moved = keys.cold.install(written);
+    if moved {
+        keys.map.retain(|key, _| !is_cold(key));
+        keys.spillable = 0;
+    }
+    moved
+}
+
 /// Replays one change read from the log at `frame`.
-fn apply(
-    map: &mut BTreeMap<Key, FramePos>,
-    frame: FramePos,
-    payload: &[u8],
-) -> Result<(), StoreError> {
+fn apply(map: &mut Keys, frame: FramePos, payload: &[u8]) -> Result<(), StoreError> {
     let damaged = || StoreError::Corrupt("a meta entry cannot be read".into());
     let (&kind, rest) = payload.split_first().ok_or_else(damaged)?;
     let len_bytes = rest.get(..4).ok_or_else(damaged)?;
@@ -253,10 +318,15 @@ impl EmbeddedMeta {
 
     /// [`EmbeddedMeta::open`] with the writer's group-commit pacing given.
     pub fn open_paced(dir: &Path, pacing: log::Pacing) -> Result<EmbeddedMeta, StoreError> {
-        let mut map = BTreeMap::new();
+        let mut keys = Keys {
+            map: BTreeMap::new(),
+            spillable: 0,
+            cold: Cold::create(dir),
+        };
         let (mut log, replayed) = SegmentLog::open(dir, "meta", u64::MAX, |frame, payload| {
-            apply(&mut map, frame, payload)
+            apply(&mut keys, frame, payload)
         })?;
+        let map = &mut keys.map;
         let live: u64 = map
             .iter()
             .map(|(k, v)| (log::HEADER + 5 + k.len()) as u64 + u64::from(v.len))
@@ -269,7 +339,7 @@ impl EmbeddedMeta {
             let (_, base) = log.reserve(0)?;
             let mut buf = Vec::new();
             let mut moved = Vec::with_capacity(map.len());
-            for (key, at) in &map {
+            for (key, at) in map.iter() {
                 let value = segments.read(*at)?;
                 moved.push(encode(&mut buf, PUT, &key.to_text(), &value, (0, base)));
             }
@@ -280,9 +350,16 @@ impl EmbeddedMeta {
             }
             tracing::info!(from = replayed.bytes, to = buf.len(), "meta log compacted");
         }
+        let mut keys = RwLock::new(keys);
+        if spill(&keys) {
+            // The keys left are a few among many freed: built again, their map's nodes are
+            // packed and the old ones all go back to the allocator.
+            let keys = keys.get_mut();
+            keys.map = std::mem::take(&mut keys.map).into_iter().collect();
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
-            map: RwLock::new(map),
+            keys,
             segments,
             staged: Mutex::new(Staged {
                 next: 0,
@@ -333,8 +410,8 @@ impl EmbeddedMeta {
             let mut staged = self.shared.staged.lock();
             let before = match staged.newest.get(key) {
                 Some((_, v)) => Before::Staged(v.clone()),
-                None => match self.shared.map.read().get(&Key::of(key)) {
-                    Some(at) => Before::Durable(*at),
+                None => match self.shared.keys.read().place(&Key::of(key))? {
+                    Some(at) => Before::Durable(at),
                     None => Before::Staged(None),
                 },
             };
@@ -441,12 +518,12 @@ fn run(
         }
         {
             let mut staged = shared.staged.lock();
-            let mut map = shared.map.write();
+            let mut keys = shared.keys.write();
             for (i, c) in batch.iter().enumerate() {
                 if written.is_ok() {
                     match (&c.value, places.get(i)) {
-                        (Some(_), Some(at)) => map.insert(Key::of(&c.key), *at),
-                        _ => map.remove(&Key::of(&c.key)),
+                        (Some(_), Some(at)) => keys.insert(Key::of(&c.key), *at),
+                        _ => keys.remove(&Key::of(&c.key)),
                     };
                 }
                 if staged
@@ -466,6 +543,7 @@ fn run(
             // The caller may have been cancelled meanwhile; the change stands anyway.
             let _ = c.reply.send(answer);
         }
+        spill(&shared.keys);
     }
 }
 
@@ -496,7 +574,7 @@ impl Meta for EmbeddedMeta {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        let at = self.shared.map.read().get(&Key::of(key)).copied();
+        let at = self.shared.keys.read().place(&Key::of(key))?;
         at.map(|at| self.shared.read(at)).transpose()
     }
 
@@ -523,15 +601,25 @@ impl Meta for EmbeddedMeta {
         limit: usize,
     ) -> Result<Vec<(String, Bytes)>, StoreError> {
         let from = super::page_start(prefix, after).map(Key::of);
-        let places: Vec<(String, FramePos)> = self
-            .shared
-            .map
-            .read()
-            .range((from, std::ops::Bound::Unbounded))
-            .map(|(k, at)| (k.to_text(), *at))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .take(limit)
-            .collect();
+        let places: Vec<(String, FramePos)> = {
+            let keys = self.shared.keys.read();
+            let cold = keys.cold.scan(&from, prefix, limit)?;
+            let warm = keys
+                .map
+                .range((from, std::ops::Bound::Unbounded))
+                .map(|(k, at)| (k.to_text(), *at))
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .take(limit);
+            if cold.is_empty() {
+                warm.collect()
+            } else {
+                // Memory's place for a key is newer than a run's.
+                let mut merged: BTreeMap<String, FramePos> =
+                    cold.into_iter().map(|(k, at)| (k.to_text(), at)).collect();
+                merged.extend(warm);
+                merged.into_iter().take(limit).collect()
+            }
+        };
         places
             .into_iter()
             .map(|(k, at)| Ok((k, self.shared.read(at)?)))
@@ -642,6 +730,151 @@ mod tests {
         assert_eq!(meta.syncs(), 3);
         assert_eq!(seconds.get_sample_count(), 2);
         assert!(seconds.get_sample_sum() > 0.0);
+    }
+
+    /// Keys of every kind: seats (hashed, cold), registrations (text, cold), codes
+    /// (hashed, kept in memory), an open mark and a `seat/` key that is not a hash (text,
+    /// kept in memory).
+    fn pool() -> Vec<String> {
+        let mut keys: Vec<String> = (0..6u8).map(|n| hashed(n * 40, "seat/")).collect();
+        keys.extend((0..4).map(|n| format!("game/box/g{n}")));
+        keys.extend((0..3u8).map(|n| hashed(n * 80 + 1, "code/")));
+        keys.extend(["open/p/box/g1".to_string(), "seat/short".to_string()]);
+        keys
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Put(usize, u8),
+        Delete(usize),
+        InsertNew(usize, u8),
+        Take(usize),
+        Get(usize),
+        Page(usize, usize),
+        Reopen,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let key = 0..pool().len();
+        prop_oneof![
+            4 => (key.clone(), any::<u8>()).prop_map(|(k, v)| Op::Put(k, v)),
+            2 => key.clone().prop_map(Op::Delete),
+            2 => (key.clone(), any::<u8>()).prop_map(|(k, v)| Op::InsertNew(k, v)),
+            1 => key.clone().prop_map(Op::Take),
+            3 => key.prop_map(Op::Get),
+            2 => (0..PREFIXES.len(), 1usize..5).prop_map(|(p, l)| Op::Page(p, l)),
+            1 => Just(Op::Reopen),
+        ]
+    }
+
+    const PREFIXES: [&str; 7] = ["", "seat/", "game/", "code/", "open/", "game/box/g1", "s"];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Whatever is spilled to runs, deleted after, written again or reopened, the store
+        /// answers as a plain map of its durable changes would (`SPILL` is 4 in tests).
+        #[test]
+        fn the_store_answers_as_a_map_whatever_went_cold(ops in proptest::collection::vec(op(), 1..70)) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let keys = pool();
+                let mut meta = EmbeddedMeta::open(dir.path()).expect("open");
+                let mut model: BTreeMap<String, Bytes> = BTreeMap::new();
+                for op in ops {
+                    match op {
+                        Op::Put(k, v) => {
+                            meta.put(&keys[k], Bytes::from(vec![v])).await.expect("put");
+                            model.insert(keys[k].clone(), Bytes::from(vec![v]));
+                        }
+                        Op::Delete(k) => {
+                            let was = meta.delete(&keys[k]).await.expect("delete");
+                            assert_eq!(was, model.remove(&keys[k]).is_some(), "delete {}", keys[k]);
+                        }
+                        Op::InsertNew(k, v) => {
+                            let stored = meta.insert_new(&keys[k], Bytes::from(vec![v])).await.expect("insert");
+                            assert_eq!(stored, !model.contains_key(&keys[k]), "insert_new {}", keys[k]);
+                            model.entry(keys[k].clone()).or_insert_with(|| Bytes::from(vec![v]));
+                        }
+                        Op::Take(k) => {
+                            let taken = meta.take(&keys[k]).await.expect("take");
+                            assert_eq!(taken, model.remove(&keys[k]), "take {}", keys[k]);
+                            // Durable with this caller's next change.
+                            meta.put("zz", Bytes::new()).await.expect("put");
+                            model.insert("zz".into(), Bytes::new());
+                        }
+                        Op::Get(k) => {
+                            let got = meta.get(&keys[k]).await.expect("get");
+                            assert_eq!(got.as_ref(), model.get(&keys[k]), "get {}", keys[k]);
+                        }
+                        Op::Page(p, limit) => {
+                            let prefix = PREFIXES[p];
+                            let expected: Vec<(String, Bytes)> = model
+                                .iter()
+                                .filter(|(k, _)| k.starts_with(prefix))
+                                .map(|(k, v)| (k.clone(), v.clone()))
+                                .collect();
+                            assert_eq!(crate::meta::walk_pages(&meta, prefix, limit).await, expected, "{prefix:?} by {limit}");
+                            assert_eq!(meta.scan(prefix).await.expect("scan"), expected);
+                        }
+                        Op::Reopen => {
+                            drop(meta);
+                            meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn seats_and_registrations_leave_memory_and_are_still_found() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let seats: Vec<String> = (0..20u8).map(|n| hashed(n, "seat/")).collect();
+        let runs = |meta: &EmbeddedMeta| meta.shared.keys.read().cold.runs();
+        let in_memory = |meta: &EmbeddedMeta| meta.shared.keys.read().map.len();
+        {
+            let meta = EmbeddedMeta::open(dir.path()).expect("open");
+            for (i, key) in seats.iter().enumerate() {
+                meta.put(key, b(&i.to_string())).await.expect("put");
+                meta.put(&format!("game/box/g{i:02}"), b("reg"))
+                    .await
+                    .expect("put");
+            }
+            meta.put(&hashed(1, "code/"), b("code")).await.expect("put");
+            // Every SPILL cold keys went to a run; the code stays in memory.
+            assert!(runs(&meta) >= 40 / SPILL - 1, "{} runs", runs(&meta));
+            assert!(
+                in_memory(&meta) < SPILL + 1,
+                "{} in memory",
+                in_memory(&meta)
+            );
+            for (i, key) in seats.iter().enumerate() {
+                assert_eq!(meta.get(key).await.expect("get"), Some(b(&i.to_string())));
+            }
+            assert_eq!(meta.get(&hashed(99, "seat/")).await.expect("get"), None);
+            // Deleted after going cold: gone, and not found again; written again: back.
+            assert!(meta.delete(&seats[3]).await.expect("delete"));
+            assert!(!meta.delete(&seats[3]).await.expect("delete"));
+            assert_eq!(meta.get(&seats[3]).await.expect("get"), None);
+            assert!(meta
+                .insert_new(&seats[3], b("again"))
+                .await
+                .expect("insert"));
+            assert!(!meta.insert_new(&seats[4], b("no")).await.expect("insert"));
+            assert_eq!(meta.scan("game/").await.expect("scan").len(), 20);
+            assert_eq!(meta.scan("seat/").await.expect("scan").len(), 20);
+        }
+        // Reopened: the runs are made again from the log.
+        let meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+        assert!(runs(&meta) >= 1);
+        assert_eq!(meta.get(&seats[3]).await.expect("get"), Some(b("again")));
+        assert_eq!(meta.get(&seats[19]).await.expect("get"), Some(b("19")));
+        assert_eq!(
+            meta.get(&hashed(1, "code/")).await.expect("get"),
+            Some(b("code"))
+        );
     }
 
     #[tokio::test]
