@@ -51,10 +51,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::Meta;
 use crate::inbox::log::{self, FramePos, SegmentLog, Segments};
+use crate::inbox::StoreError;
 use cold::{is_cold, Cold, SPILL};
 
 mod cold;
-use crate::inbox::StoreError;
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
@@ -278,7 +278,7 @@ fn spill(keys: &RwLock<Keys>) -> bool {
 }
 
 /// Replays one change read from the log at `frame`.
-fn apply(map: &mut Keys, frame: FramePos, payload: &[u8]) -> Result<(), StoreError> {
+fn apply(keys: &mut Keys, frame: FramePos, payload: &[u8]) -> Result<(), StoreError> {
     let damaged = || StoreError::Corrupt("a meta entry cannot be read".into());
     let (&kind, rest) = payload.split_first().ok_or_else(damaged)?;
     let len_bytes = rest.get(..4).ok_or_else(damaged)?;
@@ -295,10 +295,10 @@ fn apply(map: &mut Keys, frame: FramePos, payload: &[u8]) -> Result<(), StoreErr
     };
     match kind {
         PUT => {
-            map.insert(key, value);
+            keys.insert(key, value);
         }
         DELETE => {
-            map.remove(&key);
+            keys.remove(&key);
         }
         _ => return Err(damaged()),
     }
