@@ -52,6 +52,9 @@ pub struct Config {
     /// Group-commit pacing of the embedded inbox and meta store.
     pub inbox_pacing: Pacing,
     pub meta_pacing: Pacing,
+    /// How many seat and registration keys the embedded meta store gathers in memory
+    /// before it moves them to its cache file (0: they stay in memory).
+    pub meta_cold_keys: usize,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             shards: 8,
             inbox_pacing: crate::inbox::embedded::PACING,
             meta_pacing: crate::meta::PACING,
+            meta_cold_keys: crate::meta::COLD_KEYS,
         }
     }
 }

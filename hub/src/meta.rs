@@ -67,7 +67,7 @@ pub trait Meta: Send + Sync {
     fn ready(&self) -> bool;
 }
 
-pub use embedded::{EmbeddedMeta, PACING};
+pub use embedded::{EmbeddedMeta, COLD_KEYS, PACING};
 
 /// Where a page of [`Meta::scan_page`] starts: just after `after`, or at `prefix` when
 /// there is no `after` or it comes before the prefix.

@@ -71,6 +71,9 @@ pub struct Metrics {
     /// `pipehub_meta_fsyncs_total`: fsyncs of the embedded meta store's log (seats, codes,
     /// registrations), each making a batch of changes durable.
     pub meta_fsyncs: IntCounter,
+    /// `pipehub_meta_cold_keys`: keys of seats and registrations the embedded meta store
+    /// keeps in its cache file rather than in memory.
+    pub meta_cold_keys: IntGauge,
     /// `pipehub_consumer_backlog_records{shard}`: durable records of a shard not yet
     /// routed to their actor.
     pub consumer_backlog: IntGaugeVec,
@@ -216,6 +219,10 @@ impl Metrics {
                 "pipehub_meta_fsyncs_total",
                 "Fsyncs of the embedded meta store's log (each makes a batch of changes durable).",
             )?,
+            meta_cold_keys: gauge(
+                "pipehub_meta_cold_keys",
+                "Keys of seats and registrations the embedded meta store keeps in its cache file rather than in memory.",
+            )?,
             consumer_backlog: gauge_vec(
                 "pipehub_consumer_backlog_records",
                 "Durable records of a shard not yet routed to their game actor.",
@@ -290,7 +297,7 @@ impl Metrics {
     }
 
     /// Brings the fsync series up to the embedded stores' own running totals.
-    pub fn store_totals(&self, fsyncs: u64, max_batch: u64, meta_fsyncs: u64) {
+    pub fn store_totals(&self, fsyncs: u64, max_batch: u64, meta_fsyncs: u64, cold_keys: u64) {
         for (counter, total) in [
             (&self.inbox_fsyncs, fsyncs),
             (&self.meta_fsyncs, meta_fsyncs),
@@ -302,6 +309,8 @@ impl Metrics {
         }
         self.inbox_fsync_batch_max
             .set(i64::try_from(max_batch).unwrap_or(i64::MAX));
+        self.meta_cold_keys
+            .set(i64::try_from(cold_keys).unwrap_or(i64::MAX));
     }
 
     /// Sets the backlog of one shard's consumer.

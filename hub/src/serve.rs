@@ -248,7 +248,11 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
             "the store keeps the shard count it was created with"
         );
     }
-    let meta = Arc::new(EmbeddedMeta::open_paced(&config.data, config.meta_pacing)?);
+    let meta = Arc::new(EmbeddedMeta::open_with(
+        &config.data,
+        config.meta_pacing,
+        config.meta_cold_keys,
+    )?);
     inbox.observe_flushes(metrics.inbox_fsync.clone());
     meta.observe_flushes(metrics.meta_fsync.clone());
     actix_rt::spawn(export_store_totals(
@@ -277,6 +281,7 @@ async fn export_store_totals(
             stats.syncs.load(Ordering::Relaxed),
             stats.max_batch.load(Ordering::Relaxed),
             meta.syncs(),
+            meta.cold_keys(),
         );
     }
 }

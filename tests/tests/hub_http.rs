@@ -4,7 +4,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use pipehub_tests::{verify, Client, Hub, Seated};
+use pipehub_tests::{metric_sum, verify, Client, Hub, Seated};
 use serde_json::{json, Value};
 
 const TTT: &str = "pipehub:tic-tac-toe";
@@ -274,6 +274,74 @@ fn kill_9_mid_game_loses_no_acknowledged_event_and_the_game_goes_on() {
     let (code, out) = verify(&[], &export);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("ok win X line"), "{out}");
+}
+
+#[test]
+fn seats_moved_to_the_meta_cache_file_still_open_after_a_kill_9() {
+    // Every two keys of seats and registrations go to the cache file: every game below
+    // is found there, before the crash and after it, when the file is made again.
+    let mut hub = Hub::start(&["--meta-cold-keys", "2"]);
+    let c = Client::new();
+    let won = Seated::new(&hub, &c, "cold", TTT);
+    for (seat, row, col) in [
+        ("X", 0, 0),
+        ("O", 1, 0),
+        ("X", 0, 1),
+        ("O", 1, 1),
+        ("X", 0, 2),
+    ] {
+        moves(&hub, &c, &won, seat, row, col);
+    }
+    let playing = Seated::new(&hub, &c, "cold", TTT);
+    moves(&hub, &c, &playing, "X", 1, 1);
+    let waiting = c.post(
+        &hub.url("/v1/inboxes/cold/games"),
+        None,
+        &json!({"protocol": TTT}),
+    );
+    assert_eq!(waiting.status, 201, "{}", waiting.body);
+    let waiting = waiting.json();
+    let (w_game, w_token) = (
+        waiting["game"].as_str().unwrap_or_default().to_string(),
+        waiting["token"].as_str().unwrap_or_default().to_string(),
+    );
+    let check = |hub: &Hub| {
+        // The finished game's seats open their views, read from the cache file.
+        for seat in ["X", "O"] {
+            let view = c.get_auth(&hub.url(&won.path("/view")), won.token(seat));
+            assert_eq!(view.status, 200, "{seat}: {}", view.body);
+            assert_eq!(view.json()["seat"], seat);
+            assert_eq!(view.json()["result"]["winner"], "X", "{}", view.body);
+        }
+        let unknown = c.get_auth(&hub.url(&won.path("/view")), &"0".repeat(64));
+        assert_eq!(unknown.status, 401, "{}", unknown.body);
+    };
+    // The cache file holds them (the gauge is set every second).
+    let cold_keys = |hub: &Hub| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let keys = metric_sum(&c, hub, "pipehub_meta_cold_keys");
+            if keys >= 8.0 || Instant::now() > deadline {
+                return keys;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert!(cold_keys(&hub) >= 8.0, "two games' seats and registrations");
+    check(&hub);
+
+    hub.restart();
+
+    assert!(cold_keys(&hub) >= 8.0, "the cache file made again at open");
+    check(&hub);
+    // The game under way goes on; the waiting one is cancelled by its X, whose token then
+    // opens nothing.
+    moves(&hub, &c, &playing, "O", 0, 0);
+    let game = format!("/v1/inboxes/cold/games/{w_game}");
+    let cancel = c.send("DELETE", &hub.url(&game), Some(&w_token), None, None);
+    assert!(cancel.status < 300, "{} {}", cancel.status, cancel.body);
+    let view = c.get_auth(&hub.url(&format!("{game}/view")), &w_token);
+    assert_eq!(view.status, 401, "{}", view.body);
 }
 
 #[test]

@@ -131,6 +131,12 @@ pub struct Args {
     /// share one fsync.
     #[arg(long, env = "PIPEHUB_META_PACING_US", default_value_t = micros(meta::PACING), value_name = "MICROS", value_parser = clap::value_parser!(u64).range(0..=MAX_PACING_US))]
     pub meta_pacing_us: u64,
+
+    /// Embedded store: how many keys of seats and registrations gather in memory before
+    /// they move to the meta store's cache file, where memory keeps a few bytes of each
+    /// (0: they all stay in memory).
+    #[arg(long, env = "PIPEHUB_META_COLD_KEYS", default_value_t = meta::COLD_KEYS, value_name = "N")]
+    pub meta_cold_keys: usize,
 }
 
 /// A pacing interval longer than this would hold every write back for a noticeable time.
@@ -174,6 +180,7 @@ impl Args {
             shards: self.shards,
             inbox_pacing: paced(inbox::embedded::PACING, self.inbox_pacing_us),
             meta_pacing: paced(meta::PACING, self.meta_pacing_us),
+            meta_cold_keys: self.meta_cold_keys,
             ..Config::default()
         }
     }

@@ -52,7 +52,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::Meta;
 use crate::inbox::log::{self, FramePos, SegmentLog, Segments};
 use crate::inbox::StoreError;
-use cold::{is_cold, Cold, SPILL};
+use cold::{is_cold, Cold};
+
+/// How many keys of seats and registrations gather in memory before they go cold (see
+/// [`cold`]): about 6 MiB of map. Four in tests, so that every test of the store spills.
+pub const COLD_KEYS: usize = if cfg!(test) { 4 } else { 65_536 };
 
 mod cold;
 
@@ -221,6 +225,8 @@ struct Keys {
     map: BTreeMap<Key, FramePos>,
     /// How many of `map`'s keys are cold ones, waiting to be spilled.
     spillable: usize,
+    /// How many wait before they are spilled (0: never).
+    spill_at: usize,
     cold: Cold,
 }
 
@@ -256,13 +262,13 @@ impl Keys {
     }
 }
 
-/// Moves the cold keys in memory to a run, once [`SPILL`] of them have gathered; true when
+/// Moves the cold keys in memory to a run, once `spill_at` of them have gathered; true when
 /// it did. Called by the writer alone (or before it starts), so nothing changes the map
 /// meanwhile; readers find each key in memory until it is in a listed run.
 fn spill(keys: &RwLock<Keys>) -> bool {
     let written = {
         let keys = keys.read();
-        if keys.spillable < SPILL || !keys.cold.spilling() {
+        if keys.spill_at == 0 || keys.spillable < keys.spill_at || !keys.cold.spilling() {
             return false;
         }
         let cold = keys.map.iter().filter(|(key, _)| is_cold(key));
@@ -313,14 +319,20 @@ impl EmbeddedMeta {
     /// Opens (or creates) the meta store in `dir`; its files are `meta-*.log`, so it may
     /// share a directory with the inbox.
     pub fn open(dir: &Path) -> Result<EmbeddedMeta, StoreError> {
-        EmbeddedMeta::open_paced(dir, PACING)
+        EmbeddedMeta::open_with(dir, PACING, COLD_KEYS)
     }
 
-    /// [`EmbeddedMeta::open`] with the writer's group-commit pacing given.
-    pub fn open_paced(dir: &Path, pacing: log::Pacing) -> Result<EmbeddedMeta, StoreError> {
+    /// [`EmbeddedMeta::open`] with the writer's group-commit pacing given, and how many
+    /// keys of seats and registrations gather in memory before they go cold (0: never).
+    pub fn open_with(
+        dir: &Path,
+        pacing: log::Pacing,
+        cold_keys: usize,
+    ) -> Result<EmbeddedMeta, StoreError> {
         let mut keys = Keys {
             map: BTreeMap::new(),
             spillable: 0,
+            spill_at: cold_keys,
             cold: Cold::create(dir),
         };
         let (mut log, replayed) = SegmentLog::open(dir, "meta", u64::MAX, |frame, payload| {
@@ -383,6 +395,12 @@ impl EmbeddedMeta {
     /// Records the time of every later write and fsync of a batch in `seconds`.
     pub fn observe_flushes(&self, seconds: Histogram) {
         let _ = self.shared.flush_seconds.set(seconds);
+    }
+
+    /// How many keys the runs of the cache file hold (some may be stale: written again
+    /// since, or gone).
+    pub fn cold_keys(&self) -> u64 {
+        self.shared.keys.read().cold.keys()
     }
 
     /// Fsyncs so far (each made a batch of changes durable).
@@ -773,7 +791,7 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
         /// Whatever is spilled to runs, deleted after, written again or reopened, the store
-        /// answers as a plain map of its durable changes would (`SPILL` is 4 in tests).
+        /// answers as a plain map of its durable changes would (`COLD_KEYS` is 4 in tests).
         #[test]
         fn the_store_answers_as_a_map_whatever_went_cold(ops in proptest::collection::vec(op(), 1..70)) {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -843,10 +861,10 @@ mod tests {
                     .expect("put");
             }
             meta.put(&hashed(1, "code/"), b("code")).await.expect("put");
-            // Every SPILL cold keys went to a run; the code stays in memory.
-            assert!(runs(&meta) >= 40 / SPILL - 1, "{} runs", runs(&meta));
+            // Every COLD_KEYS cold keys went to a run; the code stays in memory.
+            assert!(runs(&meta) >= 40 / COLD_KEYS - 1, "{} runs", runs(&meta));
             assert!(
-                in_memory(&meta) < SPILL + 1,
+                in_memory(&meta) < COLD_KEYS + 1,
                 "{} in memory",
                 in_memory(&meta)
             );

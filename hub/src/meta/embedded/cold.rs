@@ -2,8 +2,8 @@
 //! (`seat/…` and `game/…`), three of every game ever seated, which a running hub reads
 //! only for games that finished (an open game's are cached by the seats module).
 //!
-//! Once [`SPILL`] of them have gathered in memory, the store's writer moves them all to a
-//! *run*: the keys in order, each with where its value lies in the log, written in blocks
+//! Once enough of them have gathered in memory ([`super::COLD_KEYS`] unless the hub is
+//! told otherwise), the store's writer moves them all to a *run*: the keys in order, each with where its value lies in the log, written in blocks
 //! of about 4 KiB to an unlinked cache file in the data directory. A run keeps in memory
 //! only the first key of each block and a Bloom filter of its keys (a few bytes a key
 //! instead of about ninety), so finding a key costs one `pread` for each run whose filter
@@ -28,9 +28,6 @@ use super::{Key, HASHED, HASHED_LEN};
 use crate::inbox::log::{self, FramePos};
 use crate::inbox::StoreError;
 
-/// How many cold keys gather in memory before they move to a run (about 6 MiB of map).
-/// Four in tests, so that every test of the store spills.
-pub(super) const SPILL: usize = if cfg!(test) { 4 } else { 65_536 };
 /// About what one `pread` of a run reads.
 const BLOCK: usize = 4096;
 /// The prefixes of the keys that go cold.
@@ -64,6 +61,8 @@ pub(super) struct Cold {
     runs: Vec<Run>,
     /// Keys deleted while a run may still hold them: they shadow every run.
     gone: HashSet<Key>,
+    /// How many keys the runs hold.
+    keys: u64,
 }
 
 struct Run {
@@ -76,6 +75,7 @@ struct Run {
 pub(super) struct Written {
     run: Run,
     end: u64,
+    keys: u64,
 }
 
 impl Cold {
@@ -93,12 +93,17 @@ impl Cold {
             end: 0,
             runs: Vec::new(),
             gone: HashSet::new(),
+            keys: 0,
         }
     }
 
     /// False when keys cannot go cold (no file, or a write failed).
     pub(super) fn spilling(&self) -> bool {
         self.file.is_some() && !self.failed
+    }
+
+    pub(super) fn keys(&self) -> u64 {
+        self.keys
     }
 
     #[cfg(test)]
@@ -125,7 +130,9 @@ impl Cold {
         let mut base = self.end;
         let mut block = 0;
         let mut text = [0u8; HASHED_LEN];
+        let mut written = 0;
         for (key, at) in keys {
+            written += 1;
             let spelled = key.text(&mut text);
             if blocks.is_empty() || buf.len() - block + RECORD + spelled.len() > BLOCK {
                 if let Some(last) = blocks.last_mut() {
@@ -153,6 +160,7 @@ impl Cold {
         Ok(Written {
             run: Run { blocks, bloom },
             end: base + buf.len() as u64,
+            keys: written,
         })
     }
 
@@ -161,6 +169,7 @@ impl Cold {
         match written {
             Ok(written) => {
                 self.end = written.end;
+                self.keys += written.keys;
                 self.runs.push(written.run);
                 true
             }
