@@ -3,8 +3,9 @@
 //! only for games that finished (an open game's are cached by the seats module).
 //!
 //! Once enough of them have gathered in memory ([`super::COLD_KEYS`] unless the hub is
-//! told otherwise), the store's writer moves them all to a *run*: the keys in order, each with where its value lies in the log, written in blocks
-//! of about 4 KiB to an unlinked cache file in the data directory. A run keeps in memory
+//! told otherwise), the store's writer moves them all to a *run*: the keys in order, each
+//! with where its value lies in the log, written in blocks of about 4 KiB to an unlinked
+//! cache file in the data directory. A run keeps in memory
 //! only the first key of each block and a Bloom filter of its keys (a few bytes a key
 //! instead of about ninety), so finding a key costs one `pread` for each run whose filter
 //! admits it (about one in a thousand admits a key it does not hold). Runs are never
@@ -35,11 +36,11 @@ const FAMILIES: [&str; 2] = ["game/", "seat/"];
 /// Bytes of a record besides its key's text: the text's length, and where the value lies.
 const RECORD: usize = 2 + 4 + 8 + 4;
 
-/// True for the keys that go cold.
+/// True for the keys that go cold (a record spells its key's length in two bytes).
 pub(super) fn is_cold(key: &Key) -> bool {
     match key {
         Key::Hashed(place, _) => HASHED.get(usize::from(*place)) == Some(&"seat/"),
-        Key::Text(text) => text.starts_with("game/"),
+        Key::Text(text) => text.starts_with("game/") && text.len() <= usize::from(u16::MAX),
     }
 }
 
