@@ -236,11 +236,20 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         metrics.cluster_shards.set(i64::from(inbox.shards()));
         return Ok((inbox, Arc::new(meta), Some(cluster)));
     }
-    let inbox = Arc::new(EmbeddedInbox::open_paced(
-        &config.data,
-        config.shards,
-        config.inbox_pacing,
-    )?);
+    // Once the directory's lock is taken, the two stores replay their logs side by side.
+    let lock = crate::inbox::embedded::lock(&config.data)?;
+    let (inbox, meta) = std::thread::scope(|s| {
+        let meta = s.spawn(|| {
+            EmbeddedMeta::open_with(&config.data, config.meta_pacing, config.meta_cold_keys)
+        });
+        let inbox =
+            EmbeddedInbox::open_locked(&config.data, config.shards, config.inbox_pacing, lock);
+        let meta = meta
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (inbox, meta)
+    });
+    let (inbox, meta) = (Arc::new(inbox?), Arc::new(meta?));
     if inbox.shards() != config.shards {
         tracing::info!(
             requested = config.shards,
@@ -248,11 +257,6 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
             "the store keeps the shard count it was created with"
         );
     }
-    let meta = Arc::new(EmbeddedMeta::open_with(
-        &config.data,
-        config.meta_pacing,
-        config.meta_cold_keys,
-    )?);
     inbox.observe_flushes(metrics.inbox_fsync.clone());
     meta.observe_flushes(metrics.meta_fsync.clone());
     actix_rt::spawn(export_store_totals(

@@ -345,6 +345,27 @@ fn seats_moved_to_the_meta_cache_file_still_open_after_a_kill_9() {
 }
 
 #[test]
+fn a_second_hub_on_one_data_directory_refuses_to_start_and_the_first_goes_on() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = Seated::new(&hub, &c, "locked", TTT);
+    moves(&hub, &c, &g, "X", 1, 1);
+    let second = std::process::Command::new(pipehub_tests::pipehub_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(hub.data())
+        .env("PIPEHUB_LOG", "error")
+        .output()
+        .expect("a second hub runs");
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("is in use by another process"), "{stderr}");
+    // The first goes on, its seats and its game as they were.
+    moves(&hub, &c, &g, "O", 0, 0);
+    let state = c.get_auth(&hub.url(&g.path("/view")), g.token("X")).json();
+    assert_eq!(state["seq"], 2, "{state}");
+}
+
+#[test]
 fn bad_input_gets_clear_json_errors_and_stores_nothing() {
     let hub = Hub::start(&[]);
     let c = Client::new();

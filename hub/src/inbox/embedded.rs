@@ -85,7 +85,21 @@ pub struct EmbeddedInbox {
     report: OpenReport,
     /// An exclusive lock on `dir/LOCK`, held while the store is open: two hubs writing one
     /// directory would interleave their logs, so the second one refuses to start.
-    _lock: fs::File,
+    _lock: DirLock,
+}
+
+/// A data directory's lock (see [`lock`]), released when dropped.
+pub struct DirLock {
+    _file: fs::File,
+}
+
+/// Creates `dir` if it is missing and takes its lock, or says which directory is in use.
+/// With it held, the stores that share the directory may open side by side.
+pub fn lock(dir: &Path) -> Result<DirLock, StoreError> {
+    fs::create_dir_all(dir)?;
+    Ok(DirLock {
+        _file: lock_dir(dir)?,
+    })
 }
 
 impl EmbeddedInbox {
@@ -102,9 +116,17 @@ impl EmbeddedInbox {
         shards: u32,
         pacing: log::Pacing,
     ) -> Result<EmbeddedInbox, StoreError> {
+        EmbeddedInbox::open_locked(dir, shards, pacing, lock(dir)?)
+    }
+
+    /// [`EmbeddedInbox::open_paced`] in a directory whose lock the caller took.
+    pub fn open_locked(
+        dir: &Path,
+        shards: u32,
+        pacing: log::Pacing,
+        lock: DirLock,
+    ) -> Result<EmbeddedInbox, StoreError> {
         let started = Instant::now();
-        fs::create_dir_all(dir)?;
-        let lock = lock_dir(dir)?;
         let shards = read_or_write_header(dir, shards)?;
         let mut index = Index::spilling(shards, Spill::create(dir)?);
         let mut events = 0u64;
