@@ -408,17 +408,17 @@ impl EmbeddedMeta {
         self.shared.syncs.load(Ordering::Relaxed)
     }
 
-    /// Stages a change if `check` (told whether the key holds a value, staged or durable)
-    /// allows it, and waits until it is durable when `wait` is set. `Ok(None)`: `check`
-    /// refused; otherwise the value the key had when `read_before` is set (`Some(None)`
-    /// when it is not).
+    /// Stages a change if `check` (told whether the key holds a value, staged or durable;
+    /// none: always) allows it, and waits until it is durable when `wait` is set.
+    /// `Ok(None)`: `check` refused; otherwise the value the key had when `read_before` is
+    /// set (`Some(None)` when it is not).
     async fn change(
         &self,
         key: &str,
         value: Option<Bytes>,
         read_before: bool,
         wait: bool,
-        check: impl FnOnce(bool) -> bool,
+        check: Option<fn(bool) -> bool>,
     ) -> Result<Option<Option<Bytes>>, StoreError> {
         if self.shared.failed.load(Ordering::Acquire) {
             return Err(unavailable());
@@ -426,7 +426,10 @@ impl EmbeddedMeta {
         let (reply, answer) = oneshot::channel();
         let before = {
             let mut staged = self.shared.staged.lock();
+            // A plain put needs neither the value before nor whether there was one: it
+            // does not look (a cold key's lookup may read the cache file).
             let before = match staged.newest.get(key) {
+                _ if check.is_none() && !read_before => Before::Staged(None),
                 Some((_, v)) => Before::Staged(v.clone()),
                 None => match self.shared.keys.read().place(&Key::of(key))? {
                     Some(at) => Before::Durable(at),
@@ -434,7 +437,7 @@ impl EmbeddedMeta {
                 },
             };
             let present = !matches!(before, Before::Staged(None));
-            if !check(present) {
+            if check.is_some_and(|check| !check(present)) {
                 return Ok(None);
             }
             // Read under the lock, before staging: after a failed read nothing changes.
@@ -579,14 +582,14 @@ impl Drop for EmbeddedMeta {
 #[async_trait]
 impl Meta for EmbeddedMeta {
     async fn put(&self, key: &str, value: Bytes) -> Result<(), StoreError> {
-        self.change(key, Some(value), false, true, |_| true)
+        self.change(key, Some(value), false, true, None)
             .await
             .map(|_| ())
     }
 
     async fn insert_new(&self, key: &str, value: Bytes) -> Result<bool, StoreError> {
         Ok(self
-            .change(key, Some(value), false, true, |present| !present)
+            .change(key, Some(value), false, true, Some(|present| !present))
             .await?
             .is_some())
     }
@@ -598,7 +601,7 @@ impl Meta for EmbeddedMeta {
 
     async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         Ok(self
-            .change(key, None, false, true, |present| present)
+            .change(key, None, false, true, Some(|present| present))
             .await?
             .is_some())
     }
@@ -607,7 +610,7 @@ impl Meta for EmbeddedMeta {
         // Staged, not waited for: the trait's contract (durable with the caller's next
         // durable change, which the log orders after it).
         Ok(self
-            .change(key, None, true, false, |present| present)
+            .change(key, None, true, false, Some(|present| present))
             .await?
             .flatten())
     }
