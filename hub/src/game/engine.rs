@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use super::actor::{Deliver, GameActor, Snapshot};
 use super::desk::{Desk, Tip};
+use super::finished::{self, Finished};
 use super::seats::Seats;
 use super::types::Listed;
 use super::waiters::Waiters;
@@ -40,9 +41,11 @@ pub struct Engine {
     pub rooms: Arc<dyn Rooms>,
     pub seats: Seats,
     pub waiters: Waiters,
-    /// The last known listing entry of each game an actor has seen: written only through
+    /// The last known listing entry of each game an actor has seen, but for finished
+    /// games', which are kept packed in `finished`: both written only through
     /// [`Engine::list`], which keeps `listed` in step.
     summaries: DashMap<(Box<str>, Box<str>), Listed>,
+    finished: Finished,
     /// How many of those entries are started and in progress, and finished, kept as
     /// entries change: the games gauge does not walk every game the hub has seen.
     listed: [AtomicI64; 2],
@@ -68,6 +71,7 @@ impl Engine {
         arbiters: Vec<ArbiterHandle>,
     ) -> Engine {
         Engine {
+            finished: Finished::new(&config.registry),
             config,
             inbox,
             meta,
@@ -192,7 +196,21 @@ impl Engine {
     /// Records a game's listing entry, and keeps the started and finished counts.
     pub fn list(&self, inbox: &str, game: &str, entry: Listed) {
         let class = Self::listed_class(&entry);
-        let old = self.summaries.insert((inbox.into(), game.into()), entry);
+        let key = finished::Key::of(inbox, game);
+        // A game's entry is in one of the two maps, never both.
+        let old = match self.finished.insert(key, &entry) {
+            (true, was) => self
+                .summaries
+                .remove(&(inbox, game) as &dyn GameIds)
+                .map(|(_, e)| e)
+                .or(was),
+            (false, _) => {
+                let was = self.finished.remove(key);
+                self.summaries
+                    .insert((inbox.into(), game.into()), entry)
+                    .or(was)
+            }
+        };
         if let Some(c) = old.as_ref().and_then(Self::listed_class) {
             self.listed[c].fetch_sub(1, Ordering::Relaxed);
         }
@@ -206,6 +224,7 @@ impl Engine {
         self.summaries
             .get(&(inbox, game) as &dyn GameIds)
             .map(|s| s.clone())
+            .or_else(|| self.finished.get(finished::Key::of(inbox, game)))
     }
 
     /// Which count an entry is in: 0 started and in progress, 1 finished, else none.
@@ -226,8 +245,7 @@ impl Engine {
         let finished = self.listed[1].load(Ordering::Relaxed);
         for reg in self.seats.all_registrations() {
             let seen_started = self
-                .summaries
-                .get(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds)
+                .listed(&reg.inbox, &reg.game)
                 .is_some_and(|s| s.phase == super::Phase::Started);
             match (seen_started, reg.paired) {
                 (true, _) => {}
@@ -333,6 +351,7 @@ impl Engine {
     pub async fn exists(&self, inbox: &str, game: &str) -> Result<bool, HubError> {
         if self.seats.registration(inbox, game).is_some()
             || self.summaries.contains_key(&(inbox, game) as &dyn GameIds)
+            || self.finished.contains(finished::Key::of(inbox, game))
         {
             return Ok(true);
         }

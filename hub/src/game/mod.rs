@@ -21,6 +21,7 @@ mod desk;
 mod engine;
 mod error;
 mod facade;
+mod finished;
 pub mod seats;
 pub mod state;
 #[cfg(test)]

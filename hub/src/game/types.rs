@@ -155,8 +155,8 @@ pub struct GameSummary {
 
 /// What the hub keeps of a game for the listing: a [`GameSummary`] without the game's id
 /// (the key it is kept under), naming a built-in protocol without a copy of the name.
-/// The hub keeps one for every game it has seen since it opened, finished ones too, so
-/// it is kept small.
+/// The hub keeps one for every game it has seen since it opened; a finished game's is
+/// kept packed instead (`finished.rs`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Listed {
     pub protocol: Option<Cow<'static, str>>,

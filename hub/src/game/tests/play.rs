@@ -362,6 +362,47 @@ async fn a_finished_games_actor_stops_soon_and_a_read_rebuilds_it() {
         1,
         "the finished game's actor stopped, the open one stays"
     );
+    // The listing shows the finished game's result from its packed entry, and the open
+    // game's from its whole one, without rebuilding the finished game's actor.
+    let listing = f
+        .hub
+        .games(INBOX, Some(Phase::Started), None, 10)
+        .await
+        .expect("list");
+    let results: Vec<_> = listing
+        .items
+        .iter()
+        .map(|g| {
+            let r = g.result.expect("a started game's result");
+            (
+                g.game.as_str(),
+                g.protocol.as_deref(),
+                r.status,
+                r.winner,
+                r.by,
+            )
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (
+                "open",
+                Some("pipehub:tic-tac-toe"),
+                "in_progress",
+                None,
+                None
+            ),
+            (
+                "done",
+                Some("pipehub:tic-tac-toe"),
+                "win",
+                Some(Seat::X),
+                Some(games::WinBy::Line)
+            ),
+        ]
+    );
+    assert_eq!(f.hub.resident_actors(), 1, "the listing rebuilt no actor");
     let st = f
         .hub
         .state(INBOX, "done", Viewer::Spectator)
