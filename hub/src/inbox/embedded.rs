@@ -470,7 +470,7 @@ impl Inbox for EmbeddedInbox {
     }
 
     async fn count(&self, inbox: &str, game: &str) -> Result<u64, StoreError> {
-        Ok(self.shared.index.read().count(inbox, game))
+        Ok(self.shared.index.read().count(inbox, game)?)
     }
 
     async fn sync(&self) -> Result<(), StoreError> {

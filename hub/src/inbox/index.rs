@@ -5,13 +5,14 @@
 //! in append order, each linked to the next capture of its game, and its games with their
 //! first and last captures, so a listing and an actor rebuild touch only what they return.
 //! Raw events stay on disk (the page cache keeps the recent ones warm). An event costs 72
-//! bytes (a 56-byte slot and a 16-byte link) while it is recent and a game about 80, whatever
-//! the game has become. Lists grow by fixed chunks, so no push copies a long list.
+//! bytes (a 56-byte slot and a 16-byte link) while it is recent, and a game about 90 (its
+//! record with its id, and its place in the table that finds it by id) while it is among
+//! its inbox's newest. Lists grow by fixed chunks, so no push copies a long list.
 //!
-//! Every event the store ever held is indexed, so old events would be most of what a
-//! finished game leaves in memory. With a [`Spill`], the slot and link lists keep only their
-//! newest [`HOT`] chunks in memory: older chunks, which are rarely read and almost never
-//! changed, are written to an unlinked file in the data directory and read back with one
+//! Every event and game the store ever held is indexed, so old ones would be most of what
+//! a finished game leaves in memory. With a [`Spill`], the slot, link and game lists keep
+//! only their newest [`HOT`] chunks in memory: older chunks, which are rarely read and
+//! almost never changed, are written to an unlinked file in the data directory and read back with one
 //! `pread` per record, or per run of records for a listing. The file is a cache of what
 //! the log holds, rebuilt at every open like the rest of the index, so it is never synced
 //! and needs no recovery. A failed spill read or write is an error the caller sees
@@ -171,15 +172,21 @@ fn word<const N: usize>(bytes: &[u8]) -> [u8; N] {
 
 /// A list element that can be written to the spill file: `SIZE` bytes, at most
 /// [`MAX_RECORD`].
-trait Record: Copy {
+trait Record: Clone {
     const SIZE: usize;
     fn put(&self, out: &mut Vec<u8>);
     /// From exactly `SIZE` bytes written by [`Record::put`].
     fn take(bytes: &[u8]) -> Self;
+    /// False when this element does not fit in `SIZE` bytes: its chunk, and every chunk
+    /// after it, then stays in memory.
+    fn spillable(&self) -> bool {
+        true
+    }
 }
 
-const MAX_RECORD: usize = 64;
-const _: () = assert!(Stored::SIZE <= MAX_RECORD && Link::SIZE <= MAX_RECORD);
+const MAX_RECORD: usize = 160;
+const _: () =
+    assert!(Stored::SIZE <= MAX_RECORD && Link::SIZE <= MAX_RECORD && GameRec::SIZE <= MAX_RECORD);
 
 /// Elements per chunk of a [`Chunked`] vector (small in tests, so that they cross many;
 /// a shard's slots smaller still, so that the two sizes differ).
@@ -324,7 +331,7 @@ impl<T: Record, const N: usize> Chunked<T, N> {
         match (self.spilled_at(i), spill) {
             (Some(at), Some(spill)) if i < self.len => spill.read(at).map(Some),
             (Some(_), _) => Ok(None),
-            (None, _) => Ok(self.get(i).copied()),
+            (None, _) => Ok(self.get(i).cloned()),
         }
     }
 
@@ -380,6 +387,9 @@ impl<T: Record, const N: usize> Chunked<T, N> {
         let Some(spill) = spill else { return };
         while self.chunks.len() - self.spilled.len() > HOT {
             let c = self.spilled.len();
+            if !self.chunks[c].iter().all(Record::spillable) {
+                return;
+            }
             let mut bytes = Vec::with_capacity(N * T::SIZE);
             for value in &self.chunks[c] {
                 value.put(&mut bytes);
@@ -440,12 +450,55 @@ struct Link {
 }
 
 /// One game of an inbox. Its place in [`InboxIndex::games`] is its [`GameEntry::order`].
+/// Spilled like the other lists' elements, in [`GameRec::SIZE`] bytes: its id padded to
+/// the longest a game id can be.
+#[derive(Clone, Debug, PartialEq)]
 struct GameRec {
     id: Box<str>,
-    /// Places in [`InboxIndex::all`] of its first and last captures.
+    span: Span,
+}
+
+/// Where a game's captures lie: places in [`InboxIndex::all`] of its first and last,
+/// and how many there are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Span {
     first: u64,
     last: u64,
     captures: u64,
+}
+
+/// The longest game id (DESIGN.md: 1–128 characters); a record with a longer one, which
+/// no post can carry, is never spilled.
+const GAME_ID_MAX: usize = 128;
+
+impl Record for GameRec {
+    const SIZE: usize = 8 * 3 + 1 + GAME_ID_MAX;
+
+    fn put(&self, out: &mut Vec<u8>) {
+        let id = self.id.as_bytes();
+        out.extend_from_slice(&self.span.first.to_le_bytes());
+        out.extend_from_slice(&self.span.last.to_le_bytes());
+        out.extend_from_slice(&self.span.captures.to_le_bytes());
+        out.push(id.len() as u8);
+        out.extend_from_slice(id);
+        out.resize(out.len() + GAME_ID_MAX - id.len(), 0);
+    }
+
+    fn take(bytes: &[u8]) -> GameRec {
+        let len = usize::from(bytes[24]).min(GAME_ID_MAX);
+        GameRec {
+            id: String::from_utf8_lossy(&bytes[25..25 + len]).into(),
+            span: Span {
+                first: u64::from_le_bytes(word(&bytes[..8])),
+                last: u64::from_le_bytes(word(&bytes[8..16])),
+                captures: u64::from_le_bytes(word(&bytes[16..24])),
+            },
+        }
+    }
+
+    fn spillable(&self) -> bool {
+        self.id.len() <= GAME_ID_MAX
+    }
 }
 
 #[derive(Default)]
@@ -454,22 +507,45 @@ struct InboxIndex {
     all: Chunked<Link>,
     /// Its games, by first capture, oldest first.
     games: Chunked<GameRec>,
-    /// Places in `games`, found by the game's id (kept once, in its [`GameRec`]).
-    by_id: HashTable<u64>,
+    /// Each game's place in `games` and the hash of its id (kept once, in its
+    /// [`GameRec`], which may be spilled: the hash is what the table grows by, and what
+    /// spares a `pread` for every other game a probe meets).
+    by_id: HashTable<(u64, u64)>,
 }
 
 impl InboxIndex {
-    fn game(&self, hasher: &DefaultHashBuilder, id: &str) -> Option<&GameRec> {
-        let place = self.by_id.find(hasher.hash_one(id), |&g| {
-            self.games.get(g as usize).is_some_and(|r| &*r.id == id)
-        })?;
-        self.games.get(*place as usize)
+    /// The place in `games` of the game whose id hashes to `hash`, and its span; an error
+    /// when a spilled record that may be it cannot be read.
+    fn game(&self, hash: u64, id: &str, spill: Option<&Spill>) -> io::Result<Option<(u64, Span)>> {
+        let mut failed = None;
+        let mut span = None;
+        self.by_id.find(hash, |&(h, g)| {
+            if h != hash || failed.is_some() {
+                return false;
+            }
+            let found = match self.games.get(g as usize) {
+                Some(rec) => (&*rec.id == id).then_some(rec.span),
+                None => match self.games.fetch(g as usize, spill) {
+                    Ok(rec) => rec.filter(|r| &*r.id == id).map(|r| r.span),
+                    Err(e) => {
+                        failed = Some(e);
+                        None
+                    }
+                },
+            };
+            span = found.map(|s| (g, s));
+            found.is_some()
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(span),
+        }
     }
 
     /// The captures of one game, in inbox order, from its first; an error ends it.
     fn chain<'a>(
         &'a self,
-        game: &GameRec,
+        game: Span,
         spill: Option<&'a Spill>,
     ) -> impl Iterator<Item = io::Result<Capture>> + 'a {
         let mut next = Some(game.first);
@@ -491,7 +567,9 @@ impl InboxIndex {
 }
 
 /// All indexes of one store: per shard, a slot for each position; per inbox, its
-/// captures in append order and its games. About 72 bytes an event and 80 a game.
+/// captures in append order and its games. About 72 bytes an event and 90 a game while
+/// they are recent; with a [`Spill`], 16 bytes an old game (its place in the table that
+/// finds it by id, with its id's hash) and nothing an old event.
 pub struct Index {
     shards: Vec<Chunked<Stored, SLOT_CHUNK>>,
     inboxes: HashMap<String, InboxIndex>,
@@ -557,28 +635,26 @@ impl Index {
                 "event {capture} lies beyond what the index can hold"
             )));
         };
-        let hasher = &self.hasher;
         let entry = self.inboxes.entry_ref(inbox);
         let place = entry.all.len() as u64;
-        let hash = hasher.hash_one(game);
-        let games = &entry.games;
-        let found = entry
-            .by_id
-            .find(hash, |&g| {
-                games.get(g as usize).is_some_and(|r| &*r.id == game)
-            })
-            .copied();
-        // What can fail comes first: linking the game's last capture to this one, which
-        // may lie in the spill file.
-        if let Some(g) = found {
-            let Some(last) = entry.games.get(g as usize).map(|rec| rec.last) else {
+        let hash = self.hasher.hash_one(game);
+        let found = entry.game(hash, game, self.spill.as_ref())?;
+        // What can fail comes first: linking the game's last capture to this one and
+        // counting it in its game, either of which may lie in the spill file.
+        if let Some((g, span)) = found {
+            let spill = self.spill.as_ref();
+            entry
+                .all
+                .update(span.last as usize, spill, |link| link.next = place)?;
+            let counted = entry.games.update(g as usize, spill, |rec| {
+                rec.span.last = place;
+                rec.span.captures += 1;
+            })?;
+            if !counted {
                 return Err(IndexError::OutOfStep(format!(
                     "game {game} of event {capture} lost its place"
                 )));
-            };
-            entry
-                .all
-                .update(last as usize, self.spill.as_ref(), |link| link.next = place)?;
+            }
         }
         shard.push_spilling(
             Stored {
@@ -600,24 +676,20 @@ impl Index {
             },
             self.spill.as_mut(),
         );
-        match found.and_then(|g| entry.games.get_mut(g as usize)) {
-            Some(rec) => {
-                rec.last = place;
-                rec.captures += 1;
-            }
-            None => {
-                let g = entry.games.len() as u64;
-                entry.games.push(GameRec {
+        if found.is_none() {
+            let g = entry.games.len() as u64;
+            entry.games.push_spilling(
+                GameRec {
                     id: game.into(),
-                    first: place,
-                    last: place,
-                    captures: 1,
-                });
-                let games = &entry.games;
-                entry.by_id.insert_unique(hash, g, |&g| {
-                    games.get(g as usize).map_or(0, |r| hasher.hash_one(&*r.id))
-                });
-            }
+                    span: Span {
+                        first: place,
+                        last: place,
+                        captures: 1,
+                    },
+                },
+                self.spill.as_mut(),
+            );
+            entry.by_id.insert_unique(hash, (hash, g), |&(h, _)| h);
         }
         Ok(())
     }
@@ -774,11 +846,12 @@ impl Index {
     }
 
     /// How many captures one game has.
-    pub fn count(&self, inbox: &str, game: &str) -> u64 {
-        self.inboxes
-            .get(inbox)
-            .and_then(|entry| entry.game(&self.hasher, game))
-            .map_or(0, |g| g.captures)
+    pub fn count(&self, inbox: &str, game: &str) -> io::Result<u64> {
+        let Some(entry) = self.inboxes.get(inbox) else {
+            return Ok(0);
+        };
+        let found = entry.game(self.hasher.hash_one(game), game, self.spill.as_ref())?;
+        Ok(found.map_or(0, |(_, span)| span.captures))
     }
 
     /// Up to `limit` captures of one game or inbox that come after `after` in inbox order.
@@ -811,11 +884,11 @@ impl Index {
             // A game's captures are few: its chain is walked past the cursor (which may
             // come from a listing of another game).
             Some(game) => {
-                let Some(rec) = entry.game(&self.hasher, game) else {
+                let Some((_, span)) = entry.game(self.hasher.hash_one(game), game, spill)? else {
                     return Ok(Vec::new());
                 };
                 let mut past = false;
-                for c in entry.chain(rec, spill) {
+                for c in entry.chain(span, spill) {
                     if out.len() >= limit {
                         break;
                     }
@@ -865,17 +938,20 @@ impl Index {
         let end = before.map_or(count, |b| b.min(count));
         let mut out = Vec::new();
         for order in (0..end).rev().take(limit) {
-            let Some(rec) = entry.games.get(order as usize) else {
+            let Some(rec) = entry.games.fetch(order as usize, self.spill.as_ref())? else {
                 continue;
             };
-            let Some(first) = entry.all.fetch(rec.first as usize, self.spill.as_ref())? else {
+            let Some(first) = entry
+                .all
+                .fetch(rec.span.first as usize, self.spill.as_ref())?
+            else {
                 continue;
             };
             out.push(GameEntry {
-                game: rec.id.to_string(),
+                game: rec.id.into(),
                 order,
                 first: first.capture.unpack(),
-                captures: rec.captures,
+                captures: rec.span.captures,
             });
         }
         Ok(out)
@@ -929,15 +1005,16 @@ mod tests {
             .expect("the spill file opened again")
     }
 
-    /// Game "old" at position 1, then enough of other games that its chunk is spilled.
+    /// Game "old" at position 1, then enough of other games that its chunk, and its
+    /// game's record, are spilled.
     fn index_with_an_old_game() -> (Index, tempfile::TempDir, u64) {
         let (mut index, dir) = spilling(1);
-        let events = 3 * CHUNK as u64;
+        let events = 6 * CHUNK as u64;
         for pos in 1..=events {
             let game = if pos == 1 {
                 "old".to_string()
             } else {
-                format!("g{}", pos / 4)
+                format!("g{}", pos / 2)
             };
             let capture = Capture { shard: 0, pos };
             index.push(capture, "box", &game, frame(pos)).expect("push");
@@ -945,6 +1022,10 @@ mod tests {
         assert!(
             !index.shards[0].spilled.is_empty(),
             "the first chunk is spilled"
+        );
+        assert!(
+            !index.inboxes["box"].games.spilled.is_empty(),
+            "the first game records are spilled"
         );
         (index, dir, events)
     }
@@ -963,7 +1044,7 @@ mod tests {
         assert!(matches!(refused, Err(IndexError::Spill(_))), "{refused:?}");
         // Nothing of it was taken: not its slot, not its link, not its game's count.
         assert_eq!(index.high_water(0), events);
-        assert_eq!(index.count("box", "old"), 1);
+        assert_eq!(index.count("box", "old").expect("readable"), 1);
         let all = index
             .page("box", None, None, usize::MAX)
             .expect("index readable");
@@ -995,6 +1076,7 @@ mod tests {
         assert!(index.page("box", None, Some(old), 10).is_err());
         assert!(index.shard_range(0, 1, 10).is_err());
         assert!(index.games("box", None, usize::MAX).is_err());
+        assert!(index.count("box", "old").is_err());
         // What is still in memory answers as before.
         let recent = Capture {
             shard: 0,
@@ -1082,6 +1164,44 @@ mod tests {
         link.put(&mut bytes);
         assert_eq!(bytes.len(), Link::SIZE);
         assert_eq!(Link::take(&bytes), link);
+        for id in ["g", "a-b_c.d:e", &"x".repeat(GAME_ID_MAX)] {
+            let game = GameRec {
+                id: id.into(),
+                span: Span {
+                    first: 3,
+                    last: u64::MAX - 5,
+                    captures: 1 << 40,
+                },
+            };
+            assert!(game.spillable());
+            bytes.clear();
+            game.put(&mut bytes);
+            assert_eq!(bytes.len(), GameRec::SIZE);
+            assert_eq!(GameRec::take(&bytes), game);
+        }
+    }
+
+    #[test]
+    fn a_game_id_too_long_to_spill_keeps_its_chunk_and_later_ones_in_memory() {
+        let (mut index, _dir) = spilling(1);
+        let long = "y".repeat(GAME_ID_MAX + 1);
+        let games = 4 * CHUNK as u64;
+        for pos in 1..=games {
+            let game = if pos == 2 {
+                long.clone()
+            } else {
+                format!("g{pos}")
+            };
+            let capture = Capture { shard: 0, pos };
+            index.push(capture, "box", &game, frame(pos)).expect("push");
+        }
+        let list = &index.inboxes["box"].games;
+        assert!(list.spilled.is_empty(), "no game record was spilled");
+        assert_eq!(list.len() as u64, games);
+        assert_eq!(index.count("box", &long).expect("readable"), 1);
+        let oldest = index.games("box", Some(3), 3).expect("readable");
+        let ids: Vec<_> = oldest.iter().map(|g| g.game.as_str()).collect();
+        assert_eq!(ids, ["g3", long.as_str(), "g1"]);
     }
 
     #[test]
@@ -1255,7 +1375,10 @@ mod tests {
         }
         for (game, captures) in &by_game {
             assert_eq!(listed(Some(game), None), *captures, "game {game}");
-            assert_eq!(index.count("box", game), captures.len() as u64);
+            assert_eq!(
+                index.count("box", game).expect("readable"),
+                captures.len() as u64
+            );
             // A cursor from the whole inbox's listing, inside this game's run.
             let middle = captures[captures.len() / 2];
             let place = all.iter().position(|c| *c == middle).expect("listed");
@@ -1274,7 +1397,7 @@ mod tests {
             assert_eq!(entry.first, by_game[&entry.game][0]);
             assert_eq!(entry.captures, by_game[&entry.game].len() as u64);
         }
-        assert_eq!(index.count("box", "nope"), 0);
+        assert_eq!(index.count("box", "nope").expect("readable"), 0);
         assert_eq!(index.high_water(1), next[1] - 1);
         let last = index
             .shard_range(0, next[0] - 1, 10)
@@ -1379,7 +1502,12 @@ mod tests {
         /// boundaries: every listing, count and verdict agrees with the plain model.
         #[test]
         fn the_index_answers_as_a_plain_list_would(
-            spec in proptest::collection::vec((0u32..3, 0u8..2, 0u16..60), 0..(2 * CHUNK + 300)),
+            // Game ids from a few (long games) or from many (enough games that an
+            // inbox's oldest game records are spilled).
+            spec in proptest::collection::vec(
+                (0u32..3, 0u8..2, proptest::prop_oneof![0u16..60, 0u16..1000]),
+                0..(4 * CHUNK + 400),
+            ),
             probes in proptest::collection::vec((proptest::prelude::any::<usize>(), 0u8..2, 0u16..60, 1usize..40), 12),
         ) {
             let (mut index, _dir) = spilling(3);
@@ -1421,7 +1549,7 @@ mod tests {
                 );
                 let expected = model.games(&inbox);
                 let count = expected.iter().find(|(g, _, _)| *g == game).map_or(0, |e| e.2);
-                proptest::prop_assert_eq!(index.count(&inbox, &game), count);
+                proptest::prop_assert_eq!(index.count(&inbox, &game).expect("index readable"), count);
                 let before = (pick % (expected.len() + 2)) as u64;
                 let got: Vec<(String, Capture, u64, u64)> = index
                     .games(&inbox, Some(before), limit).expect("index readable")
