@@ -654,24 +654,37 @@ impl Seats {
     /// afterwards `not_found`, and the store does not grow with every code ever issued.
     /// Returns how many it removed.
     /// The codes are read a page at a time: a day's codes are as many as the games
-    /// seated in a day, too many to hold at once on a busy hub.
+    /// seated in a day, too many to hold at once on a busy hub. A page's dead codes are
+    /// deleted together, so that the store commits them at once: one by one, each
+    /// waiting for a commit of its own, the purge of a busy hub's hour of codes would
+    /// take most of the next hour.
     pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<usize, HubError> {
+        use futures_util::{StreamExt, TryStreamExt};
         // Pages of two in tests, so that theirs walk several, deleting as they go.
-        const PAGE: usize = if cfg!(test) { 2 } else { 1024 };
+        const PAGE: usize = if cfg!(test) { 2 } else { 256 };
         let mut purged = 0;
         let mut after: Option<String> = None;
         loop {
             let page = self.meta.scan_page("code/", after.as_deref(), PAGE).await?;
             let more = page.len() == PAGE;
+            let mut dead = Vec::new();
             for (key, value) in &page {
                 let dead_since = match serde_json::from_slice::<CodeRecord>(value) {
                     Ok(rec) => rec.expires_ms,
                     Err(_) => 0, // unreadable: nothing can redeem it
                 };
-                if dead_since.saturating_add(keep_ms) < now_ms && self.meta.delete(key).await? {
-                    purged += 1;
+                if dead_since.saturating_add(keep_ms) < now_ms {
+                    dead.push(key.clone());
                 }
             }
+            let deleted: Vec<bool> = futures_util::stream::iter(dead)
+                .map(|key| async move { self.meta.delete(&key).await })
+                .buffer_unordered(PAGE)
+                .try_collect()
+                .await?;
+            purged += deleted.into_iter().filter(|&d| d).count();
+            // Others' work goes between pages: a page reads its values on this thread.
+            tokio::task::yield_now().await;
             match page.into_iter().last() {
                 Some((key, _)) if more => after = Some(key),
                 _ => return Ok(purged),
