@@ -743,17 +743,19 @@ impl Seats {
     /// The game no longer counts as open for its host (finished or cancelled), and leaves
     /// the cache.
     pub async fn close(&self, reg: &Registration) -> Result<(), HubError> {
-        if self
+        let was_open = self
             .meta
             .delete(&open_key(&reg.host, &reg.inbox, &reg.game))
-            .await?
-        {
+            .await?;
+        // The cache first, then the count: whoever sees the count fall sees the game
+        // gone from the cache too.
+        self.games
+            .remove(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds);
+        if was_open {
             if let Some(mut n) = self.open.get_mut(&reg.host) {
                 *n = n.saturating_sub(1);
             }
         }
-        self.games
-            .remove(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds);
         Ok(())
     }
 

@@ -12,8 +12,10 @@
 //! Every event and game the store ever held is indexed, so old ones would be most of what
 //! a finished game leaves in memory. With a [`Spill`], the slot, link and game lists keep
 //! only their newest [`HOT`] chunks in memory: older chunks, which are rarely read and
-//! almost never changed, are written to an unlinked file in the data directory and read back with one
-//! `pread` per record, or per run of records for a listing. The file is a cache of what
+//! almost never changed, are written to an unlinked file in the data directory and read
+//! back with one `pread` per record, or per run of records for a listing (an old game
+//! keeps its place and its id's hash in memory, in the table that finds it by id, so
+//! that the table can grow without reading it back). The file is a cache of what
 //! the log holds, rebuilt at every open like the rest of the index, so it is never synced
 //! and needs no recovery. A failed spill read or write is an error the caller sees
 //! ([`IndexError::Spill`], a 503 at the HTTP edge), never an answer with a record missing;
@@ -640,7 +642,9 @@ impl Index {
         let hash = self.hasher.hash_one(game);
         let found = entry.game(hash, game, self.spill.as_ref())?;
         // What can fail comes first: linking the game's last capture to this one and
-        // counting it in its game, either of which may lie in the spill file.
+        // counting it in its game, either of which may lie in the spill file. If the count
+        // fails after the link was written, the link names a place no capture takes (the
+        // store stops taking writes), which a walk of the chain reads as its end.
         if let Some((g, span)) = found {
             let spill = self.spill.as_ref();
             entry
