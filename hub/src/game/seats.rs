@@ -1018,6 +1018,51 @@ mod tests {
         assert_eq!(count("seat/").await, 2);
     }
 
+    #[actix_rt::test]
+    async fn a_purge_deletes_exactly_the_codes_dead_long_enough_across_many_pages() {
+        // The embedded store, whose writer commits a page's deletes together.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let meta: Arc<dyn Meta> =
+            Arc::new(crate::meta::EmbeddedMeta::open(dir.path()).expect("open"));
+        let (now, keep) = (1_000_000, 1_000);
+        let mut kept = Vec::new();
+        for i in 0..41u64 {
+            // Every third code died long enough ago; the others too recently, or live.
+            let dead_since = if i % 3 == 0 {
+                now - keep - 1
+            } else {
+                now - keep + i
+            };
+            let key = code_key(&format!("{i:064x}"));
+            let rec = CodeRecord {
+                inbox: "lobby".into(),
+                game: format!("g{i}"),
+                expires_ms: dead_since,
+                used: i % 2 == 0,
+            };
+            meta.put(&key, json_bytes(&rec).expect("json"))
+                .await
+                .expect("put");
+            if i % 3 != 0 {
+                kept.push(key);
+            }
+        }
+        meta.put("code/not-json", Bytes::from_static(b"{"))
+            .await
+            .expect("put");
+        let seats = Seats::load(meta.clone(), false).await.expect("load");
+        assert_eq!(seats.purge_codes(now, keep).await.expect("purge"), 14 + 1);
+        let left: Vec<String> = meta
+            .scan("code/")
+            .await
+            .expect("scan")
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert_eq!(left, kept);
+        assert_eq!(seats.purge_codes(now, keep).await.expect("purge"), 0);
+    }
+
     #[test]
     fn rfc3339_matches_known_instants() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
