@@ -71,8 +71,8 @@ pub struct Metrics {
     /// `pipehub_meta_fsyncs_total`: fsyncs of the embedded meta store's log (seats, codes,
     /// registrations), each making a batch of changes durable.
     pub meta_fsyncs: IntCounter,
-    /// `pipehub_meta_cold_keys`: keys of seats and registrations the embedded meta store
-    /// keeps in its cache file rather than in memory.
+    /// `pipehub_meta_cold_keys`: keys of seats, registrations and pairing codes the
+    /// embedded meta store keeps in its cache files rather than in memory.
     pub meta_cold_keys: IntGauge,
     /// `pipehub_consumer_backlog_records{shard}`: durable records of a shard not yet
     /// routed to their actor.
@@ -221,7 +221,7 @@ impl Metrics {
             )?,
             meta_cold_keys: gauge(
                 "pipehub_meta_cold_keys",
-                "Keys of seats and registrations the embedded meta store keeps in its cache file rather than in memory.",
+                "Keys of seats, registrations and pairing codes the embedded meta store keeps in its cache files rather than in memory.",
             )?,
             consumer_backlog: gauge_vec(
                 "pipehub_consumer_backlog_records",

@@ -278,8 +278,9 @@ fn kill_9_mid_game_loses_no_acknowledged_event_and_the_game_goes_on() {
 
 #[test]
 fn seats_moved_to_the_meta_cache_file_still_open_after_a_kill_9() {
-    // Every two keys of seats and registrations go to the cache file: every game below
-    // is found there, before the crash and after it, when the file is made again.
+    // Every two keys of seats and registrations (or of pairing codes) go to the cache
+    // files: every game below is found there, before the crash and after it, when the
+    // files are made again.
     let mut hub = Hub::start(&["--meta-cold-keys", "2"]);
     let c = Client::new();
     let won = Seated::new(&hub, &c, "cold", TTT);
@@ -332,7 +333,7 @@ fn seats_moved_to_the_meta_cache_file_still_open_after_a_kill_9() {
 
     hub.restart();
 
-    assert!(cold_keys(&hub) >= 8.0, "the cache file made again at open");
+    assert!(cold_keys(&hub) >= 8.0, "the cache files made again at open");
     check(&hub);
     // The game under way goes on; the waiting one is cancelled by its X, whose token then
     // opens nothing.

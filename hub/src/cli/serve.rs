@@ -132,9 +132,9 @@ pub struct Args {
     #[arg(long, env = "PIPEHUB_META_PACING_US", default_value_t = micros(meta::PACING), value_name = "MICROS", value_parser = clap::value_parser!(u64).range(0..=MAX_PACING_US))]
     pub meta_pacing_us: u64,
 
-    /// Embedded store: how many keys of seats and registrations gather in memory before
-    /// they move to the meta store's cache file, where memory keeps a few bytes of each
-    /// (0: they all stay in memory).
+    /// Embedded store: how many keys of seats and registrations, or of pairing codes,
+    /// gather in memory before they move to the meta store's cache files, where memory
+    /// keeps a few bytes of each (0: they all stay in memory).
     #[arg(long, env = "PIPEHUB_META_COLD_KEYS", default_value_t = meta::COLD_KEYS, value_name = "N")]
     pub meta_cold_keys: usize,
 }

@@ -28,9 +28,10 @@
 //! first, so a crash at any point replays to the same map.
 //!
 //! The keys of seats and registrations, three of every game ever seated and read by a
-//! running hub only for finished games, do not stay in memory: once enough have gathered,
-//! the writer moves them to runs in an unlinked cache file, of which memory keeps a few
-//! bytes a key (see [`cold`]).
+//! running hub only for finished games, and those of pairing codes, dead a day before the
+//! purge deletes them, do not stay in memory: once enough have gathered, the writer moves
+//! them to runs in unlinked cache files, of which memory keeps a few bytes a key, and a
+//! thread of their own compacts the runs (see [`cold`]).
 //!
 //! What it deliberately does not do: cache values, or retry after a failed write or fsync
 //! (the store stops taking writes: the kernel may have dropped the pages).
@@ -39,6 +40,7 @@ use std::cmp::Ordering as Order;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -52,10 +54,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::Meta;
 use crate::inbox::log::{self, FramePos, SegmentLog, Segments};
 use crate::inbox::StoreError;
-use cold::{is_cold, Cold};
+use cold::{class, Cold, CLASSES};
 
-/// How many keys of seats and registrations gather in memory before they go cold (see
-/// [`cold`]): about 6 MiB of map. Four in tests, so that every test of the store spills.
+/// How many keys of a cold class (seats and registrations, or pairing codes) gather in
+/// memory before they go cold (see [`cold`]): about 6 MiB of map. Four in tests, so that
+/// every test of the store spills, and compacts.
 pub const COLD_KEYS: usize = if cfg!(test) { 4 } else { 65_536 };
 
 mod cold;
@@ -164,6 +167,8 @@ fn lower_hex(hex: &str) -> Option<[u8; 32]> {
 pub struct EmbeddedMeta {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// The compactor's thread, and what wakes it (see [`compactor`]).
+    compactor: Mutex<Option<(SyncSender<()>, JoinHandle<()>)>>,
 }
 
 /// What callers and the writer share.
@@ -178,6 +183,10 @@ struct Shared {
     /// Where the time of each write and fsync of a batch goes, once the hub's metrics are
     /// attached (`pipehub_meta_fsync_seconds`).
     flush_seconds: OnceLock<Histogram>,
+    /// Held for a whole compaction: one runs at a time.
+    compacting: Mutex<()>,
+    /// Set as the store closes: a compaction under way gives up.
+    stop: AtomicBool,
 }
 
 /// Changes handed to the writer and not yet durable.
@@ -223,8 +232,8 @@ fn encode(
 /// The durable keys: in memory, or cold (see [`cold`]).
 struct Keys {
     map: BTreeMap<Key, FramePos>,
-    /// How many of `map`'s keys are cold ones, waiting to be spilled.
-    spillable: usize,
+    /// How many of `map`'s keys of each cold class wait to be spilled.
+    spillable: [usize; CLASSES],
     /// How many wait before they are spilled (0: never).
     spill_at: usize,
     cold: Cold,
@@ -235,50 +244,59 @@ impl Keys {
     fn place(&self, key: &Key) -> Result<Option<FramePos>, StoreError> {
         match self.map.get(key) {
             Some(at) => Ok(Some(*at)),
-            None if is_cold(key) => self.cold.get(key),
+            None if class(key).is_some() => self.cold.get(key),
             None => Ok(None),
         }
     }
 
     fn insert(&mut self, key: Key, at: FramePos) {
-        let cold = is_cold(&key);
-        if cold {
+        let class = class(&key);
+        if class.is_some() {
             self.cold.revive(&key);
         }
-        if self.map.insert(key, at).is_none() && cold {
-            self.spillable += 1;
+        if let (None, Some(class)) = (self.map.insert(key, at), class) {
+            self.spillable[class] += 1;
         }
     }
 
     fn remove(&mut self, key: &Key) {
-        if is_cold(key) {
-            if self.map.remove(key).is_some() {
-                self.spillable -= 1;
+        match class(key) {
+            Some(class) => {
+                let in_memory = self.map.remove(key).is_some();
+                if in_memory {
+                    self.spillable[class] -= 1;
+                }
+                self.cold.forget(key, in_memory);
             }
-            self.cold.forget(key);
-        } else {
-            self.map.remove(key);
+            None => {
+                self.map.remove(key);
+            }
         }
     }
 }
 
-/// Moves the cold keys in memory to a run, once `spill_at` of them have gathered; true when
-/// it did. Called by the writer alone (or before it starts), so nothing changes the map
-/// meanwhile; readers find each key in memory until it is in a listed run.
+/// Moves the keys of each cold class in memory to a run, once `spill_at` of them have
+/// gathered; true when it moved some. Called by the writer alone (or before it starts), so
+/// nothing changes the map meanwhile; readers find each key in memory until it is in a
+/// listed run.
 fn spill(keys: &RwLock<Keys>) -> bool {
-    let written = {
-        let keys = keys.read();
-        if keys.spill_at == 0 || keys.spillable < keys.spill_at || !keys.cold.spilling() {
-            return false;
+    let mut moved = false;
+    for c in 0..CLASSES {
+        let written = {
+            let keys = keys.read();
+            let count = keys.spillable[c];
+            if keys.spill_at == 0 || count < keys.spill_at || !keys.cold.spilling() {
+                continue;
+            }
+            let cold = keys.map.iter().filter(|(key, _)| class(key) == Some(c));
+            keys.cold.write(cold, count)
+        };
+        let mut keys = keys.write();
+        if keys.cold.install(c, written) {
+            keys.map.retain(|key, _| class(key) != Some(c));
+            keys.spillable[c] = 0;
+            moved = true;
         }
-        let cold = keys.map.iter().filter(|(key, _)| is_cold(key));
-        keys.cold.write(cold, keys.spillable)
-    };
-    let mut keys = keys.write();
-    let moved = keys.cold.install(written);
-    if moved {
-        keys.map.retain(|key, _| !is_cold(key));
-        keys.spillable = 0;
     }
     moved
 }
@@ -323,7 +341,7 @@ impl EmbeddedMeta {
     }
 
     /// [`EmbeddedMeta::open`] with the writer's group-commit pacing given, and how many
-    /// keys of seats and registrations gather in memory before they go cold (0: never).
+    /// keys of a cold class gather in memory before they go cold (0: never).
     pub fn open_with(
         dir: &Path,
         pacing: log::Pacing,
@@ -331,7 +349,7 @@ impl EmbeddedMeta {
     ) -> Result<EmbeddedMeta, StoreError> {
         let mut keys = Keys {
             map: BTreeMap::new(),
-            spillable: 0,
+            spillable: [0; CLASSES],
             spill_at: cold_keys,
             cold: Cold::create(dir),
         };
@@ -381,15 +399,31 @@ impl EmbeddedMeta {
             failed: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
             flush_seconds: OnceLock::new(),
+            compacting: Mutex::new(()),
+            stop: AtomicBool::new(false),
         });
+        let (nudge, nudged) = std::sync::mpsc::sync_channel(1);
+        let compactor_shared = shared.clone();
+        let compactor = std::thread::Builder::new()
+            .name("meta-compactor".into())
+            .spawn(move || compactor(&compactor_shared, nudged))?;
         let writer_shared = shared.clone();
+        let writer_nudge = nudge.clone();
         let writer = std::thread::Builder::new()
             .name("meta-writer".into())
-            .spawn(move || run(&writer_shared, log, rx, pacing))?;
+            .spawn(move || run(&writer_shared, log, rx, pacing, writer_nudge))?;
         Ok(EmbeddedMeta {
             shared,
             writer: Mutex::new(Some(writer)),
+            compactor: Mutex::new(Some((nudge, compactor))),
         })
+    }
+
+    /// Compacts the cache's runs until there is nothing worth doing, on the caller's thread.
+    #[cfg(test)]
+    fn compact_now(&self) {
+        let _one = self.shared.compacting.lock();
+        while cold::compact(&self.shared.keys, &self.shared.stop).expect("compact") {}
     }
 
     /// Records the time of every later write and fsync of a batch in `seconds`.
@@ -491,6 +525,7 @@ fn run(
     mut log: SegmentLog,
     mut rx: mpsc::UnboundedReceiver<Change>,
     pacing: log::Pacing,
+    compactor: SyncSender<()>,
 ) {
     let mut batch = Vec::with_capacity(64);
     let mut places = Vec::with_capacity(64);
@@ -565,6 +600,35 @@ fn run(
             let _ = c.reply.send(answer);
         }
         spill(&shared.keys);
+        if shared.keys.read().cold.wants_compaction() {
+            // Full: the compactor is awake already, and looks again before it sleeps.
+            let _ = compactor.try_send(());
+        }
+    }
+}
+
+/// The compactor's thread: woken by the writer when the cache's runs are worth compacting,
+/// it compacts them until they are not (see [`cold::compact`]). After a failure it waits
+/// ten seconds before it tries again; the runs meanwhile stay as they were, and answer.
+fn compactor(shared: &Shared, nudged: Receiver<()>) {
+    const BACK_OFF: std::time::Duration = std::time::Duration::from_secs(10);
+    let mut failed_at: Option<Instant> = None;
+    while nudged.recv().is_ok() {
+        if failed_at.is_some_and(|at| at.elapsed() < BACK_OFF) {
+            continue;
+        }
+        let _one = shared.compacting.lock();
+        loop {
+            match cold::compact(&shared.keys, &shared.stop) {
+                Ok(true) => failed_at = None,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a compaction of the meta cache failed; its runs stay as they were");
+                    failed_at = Some(Instant::now());
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -575,6 +639,11 @@ impl Drop for EmbeddedMeta {
         self.shared.staged.lock().tx = None;
         if let Some(writer) = self.writer.lock().take() {
             let _ = writer.join();
+        }
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some((nudge, compactor)) = self.compactor.lock().take() {
+            drop(nudge);
+            let _ = compactor.join();
         }
     }
 }
@@ -754,13 +823,13 @@ mod tests {
     }
 
     /// Keys of every kind: seats (hashed, cold), registrations (text, cold), codes
-    /// (hashed, kept in memory), an open mark and a `seat/` key that is not a hash (text,
-    /// kept in memory).
+    /// (hashed, cold in a class of their own), an open mark, and a `seat/` and a `code/`
+    /// key that are not hashes (text, kept in memory).
     fn pool() -> Vec<String> {
         let mut keys: Vec<String> = (0..6u8).map(|n| hashed(n * 40, "seat/")).collect();
         keys.extend((0..4).map(|n| format!("game/box/g{n}")));
-        keys.extend((0..3u8).map(|n| hashed(n * 80 + 1, "code/")));
-        keys.extend(["open/p/box/g1".to_string(), "seat/short".to_string()]);
+        keys.extend((0..6u8).map(|n| hashed(n * 40 + 1, "code/")));
+        keys.extend(["open/p/box/g1", "seat/short", "code/short"].map(String::from));
         keys
     }
 
@@ -772,6 +841,7 @@ mod tests {
         Take(usize),
         Get(usize),
         Page(usize, usize),
+        Compact,
         Reopen,
     }
 
@@ -785,6 +855,7 @@ mod tests {
             1 => key.clone().prop_map(Op::Take),
             3 => key.prop_map(Op::Get),
             2 => (0..PREFIXES.len(), 1usize..5).prop_map(|(p, l)| Op::Page(p, l)),
+            1 => Just(Op::Compact),
             1 => Just(Op::Reopen),
         ]
     }
@@ -793,8 +864,10 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
-        /// Whatever is spilled to runs, deleted after, written again or reopened, the store
-        /// answers as a plain map of its durable changes would (`COLD_KEYS` is 4 in tests).
+        /// Whatever is spilled to runs, deleted after, written again, compacted (on the
+        /// compactor's thread as it likes, and on the test's at chosen points) or reopened,
+        /// the store answers as a plain map of its durable changes would (`COLD_KEYS` is 4
+        /// in tests).
         #[test]
         fn the_store_answers_as_a_map_whatever_went_cold(ops in proptest::collection::vec(op(), 1..70)) {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -839,6 +912,7 @@ mod tests {
                             assert_eq!(crate::meta::walk_pages(&meta, prefix, limit).await, expected, "{prefix:?} by {limit}");
                             assert_eq!(meta.scan(prefix).await.expect("scan"), expected);
                         }
+                        Op::Compact => meta.compact_now(),
                         Op::Reopen => {
                             drop(meta);
                             meta = EmbeddedMeta::open(dir.path()).expect("reopen");
@@ -864,8 +938,11 @@ mod tests {
                     .expect("put");
             }
             meta.put(&hashed(1, "code/"), b("code")).await.expect("put");
-            // Every COLD_KEYS cold keys went to a run; the code stays in memory.
-            assert!(runs(&meta) >= 40 / COLD_KEYS - 1, "{} runs", runs(&meta));
+            // Every COLD_KEYS cold keys of a class went to a run, and the runs were merged;
+            // one code is too few to go.
+            assert!(meta.cold_keys() >= 40 - 3, "{} cold", meta.cold_keys());
+            meta.compact_now();
+            assert!(runs(&meta) <= 4, "{} runs", runs(&meta));
             assert!(
                 in_memory(&meta) < COLD_KEYS + 1,
                 "{} in memory",
@@ -895,6 +972,65 @@ mod tests {
         assert_eq!(
             meta.get(&hashed(1, "code/")).await.expect("get"),
             Some(b("code"))
+        );
+    }
+
+    /// Codes go cold in runs of their own; once the purge has deleted them, compactions
+    /// take them out of the runs and out of memory, gone entries and all, and what is left
+    /// still answers, after a reopen too.
+    #[tokio::test]
+    async fn purged_codes_leave_memory_once_their_runs_are_compacted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let codes: Vec<String> = (0..=255u8).map(|n| hashed(n, "code/")).collect();
+        let cold = |meta: &EmbeddedMeta| {
+            let keys = meta.shared.keys.read();
+            (keys.map.len(), keys.cold.gone(), keys.cold.keys())
+        };
+        {
+            let meta = EmbeddedMeta::open(dir.path()).expect("open");
+            for code in &codes {
+                meta.put(code, b("tombstone")).await.expect("put");
+            }
+            meta.compact_now();
+            let (in_memory, gone, spilled) = cold(&meta);
+            assert!(
+                in_memory <= COLD_KEYS && gone == 0,
+                "{in_memory} in memory, {gone} gone"
+            );
+            assert_eq!(spilled, 256 - in_memory as u64);
+            // The purge deletes all but every eighth; the compactor's thread is free to
+            // start meanwhile, and the test's waits for it.
+            for (n, code) in codes.iter().enumerate() {
+                if n % 8 != 0 {
+                    assert!(meta.delete(code).await.expect("delete"));
+                }
+            }
+            meta.compact_now();
+            let (in_memory, gone, spilled) = cold(&meta);
+            // A gone entry stays only where another run's filter admits its key by chance.
+            assert!(gone <= 4, "{gone} gone");
+            assert!(
+                spilled + in_memory as u64 <= 32 + 4,
+                "{spilled} cold, {in_memory} warm"
+            );
+            for (n, code) in codes.iter().enumerate() {
+                let expected = (n % 8 == 0).then(|| b("tombstone"));
+                assert_eq!(meta.get(code).await.expect("get"), expected, "{code}");
+            }
+            assert_eq!(meta.scan("code/").await.expect("scan").len(), 32);
+            // The rest, and the runs go.
+            for code in codes.iter().step_by(8) {
+                assert!(meta.delete(code).await.expect("delete"));
+            }
+            meta.compact_now();
+            assert_eq!(cold(&meta), (0, 0, 0));
+            assert!(meta.scan("code/").await.expect("scan").is_empty());
+            meta.put(&codes[3], b("again")).await.expect("put");
+        }
+        let meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+        assert_eq!(
+            meta.scan("code/").await.expect("scan"),
+            vec![(codes[3].clone(), b("again"))]
         );
     }
 

@@ -1,219 +1,370 @@
-//! Keys the embedded meta store keeps out of memory: the seats and the registrations
-//! (`seat/…` and `game/…`), three of every game ever seated, which a running hub reads
-//! only for games that finished (an open game's are cached by the seats module).
+//! Keys the embedded meta store keeps out of memory. Two classes of them:
+//! - *lasting* keys, the seats and the registrations (`seat/…` and `game/…`), three of
+//!   every game ever seated, which a running hub reads only for games that finished (an
+//!   open game's are cached by the seats module);
+//! - *codes* (`code/…`), one of every game seated, whose tombstone answers a late try
+//!   for a day and is then purged.
 //!
-//! Once enough of them have gathered in memory ([`super::COLD_KEYS`] unless the hub is
-//! told otherwise), the store's writer moves them all to a *run*: the keys in order, each
+//! Once enough keys of a class have gathered in memory ([`super::COLD_KEYS`] unless the hub
+//! is told otherwise), the store's writer moves them all to a *run*: the keys in order, each
 //! with where its value lies in the log, written in blocks of about 4 KiB to an unlinked
-//! cache file in the data directory. A run keeps in memory
-//! only the first key of each block and a Bloom filter of its keys (a few bytes a key
-//! instead of about ninety), so finding a key costs one `pread` for each run whose filter
-//! admits it (about one in a thousand admits a key it does not hold). Runs are never
-//! merged. A key deleted after it was spilled is remembered in memory as gone, and a key
-//! written again lives in memory, so what memory holds always has the last word.
+//! cache file of its own in the data directory. A run keeps in memory only the first key of
+//! each block and a Bloom filter of its keys (a few bytes a key instead of about ninety), so
+//! finding a key costs one `pread` for each run of its class whose filter admits it (about
+//! one in a thousand admits a key it does not hold).
 //!
-//! Like the inbox's index cache, the file is never synced and has no recovery: it is
-//! rebuilt from the log at every open and goes when the store closes. After a failed write
-//! every key stays in memory; a failed read is an error the caller gets (a 503), never a
-//! key reported missing.
+//! A key deleted after it was spilled is remembered in memory as *gone*, and a key written
+//! again lives in memory, so what memory holds always has the last word. Gone keys and
+//! stale copies are dropped when runs are *compacted*, on a thread of their own (see
+//! [`compact`]): two neighbouring runs of a class are merged once the older holds less
+//! than twice the newer's keys, so a class keeps about log₂ of its keys over
+//! [`super::COLD_KEYS`] runs and a key is rewritten as often; and a run of which a
+//! sixteenth is gone is written again without them, so that the codes the hourly purge
+//! deletes leave memory too. A gone key is forgotten once no run of its class admits it.
+//!
+//! Like the inbox's index cache, the files are never synced and have no recovery: they are
+//! made again from the log at every open and go when the store closes. After a failed
+//! spill every key stays in memory; a failed compaction leaves the runs as they were; a
+//! failed read is an error the caller gets (a 503), never a key reported missing.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use fastbloom::BloomFilter;
+use parking_lot::RwLock;
 
-use super::{Key, HASHED, HASHED_LEN};
-use crate::inbox::log::{self, FramePos};
+use super::{Key, Keys, HASHED, HASHED_LEN};
+use crate::inbox::log::FramePos;
 use crate::inbox::StoreError;
 
+/// How many classes of cold keys there are: lasting keys, and codes.
+pub(super) const CLASSES: usize = 2;
+/// The prefixes of each class's keys.
+const FAMILIES: [&[&str]; CLASSES] = [&["game/", "seat/"], &["code/"]];
 /// About what one `pread` of a run reads.
 const BLOCK: usize = 4096;
-/// The prefixes of the keys that go cold.
-const FAMILIES: [&str; 2] = ["game/", "seat/"];
+/// What a run's writer gathers before a `write`, and a compaction reads at once.
+const FLUSH: usize = 1 << 20;
 /// Bytes of a record besides its key's text: the text's length, and where the value lies.
 const RECORD: usize = 2 + 4 + 8 + 4;
+/// A run of which this share is gone is written again without them.
+const GARBAGE: u64 = 16;
+/// How many merged keys a compaction checks against memory under one read lock.
+const BATCH: usize = 4096;
 
-/// True for the keys that go cold (a record spells its key's length in two bytes).
-pub(super) fn is_cold(key: &Key) -> bool {
+/// The class of a key that goes cold, if it is one (a record spells its key's length in
+/// two bytes).
+pub(super) fn class(key: &Key) -> Option<usize> {
     match key {
-        Key::Hashed(place, _) => HASHED.get(usize::from(*place)) == Some(&"seat/"),
-        Key::Text(text) => text.starts_with("game/") && text.len() <= usize::from(u16::MAX),
+        Key::Hashed(place, _) => match HASHED.get(usize::from(*place)) {
+            Some(&"seat/") => Some(0),
+            Some(&"code/") => Some(1),
+            _ => None,
+        },
+        Key::Text(text) => {
+            (text.starts_with("game/") && text.len() <= usize::from(u16::MAX)).then_some(0)
+        }
     }
 }
 
-/// True when a key starting with `prefix` may be a cold one.
-fn may_be_cold(prefix: &str) -> bool {
-    FAMILIES
+/// True when a key starting with `prefix` may belong to `class`.
+fn may_hold(class: usize, prefix: &str) -> bool {
+    FAMILIES[class]
         .iter()
         .any(|family| family.starts_with(prefix) || prefix.starts_with(family))
 }
 
-/// The runs, and the keys deleted since they were written.
+/// The runs of each class, and the keys deleted since they were written.
 pub(super) struct Cold {
-    /// `None` when the file could not be made.
-    file: Option<File>,
-    /// Set after a failed write: no key goes cold from then on.
+    dir: PathBuf,
+    /// Set after a failed spill: no key goes cold from then on.
     failed: bool,
-    end: u64,
-    /// Oldest first.
-    runs: Vec<Run>,
-    /// Keys deleted while a run may still hold them: they shadow every run.
+    tiers: [Tier; CLASSES],
+}
+
+/// One class's runs.
+#[derive(Default)]
+struct Tier {
+    /// Oldest first: a newer run's place for a key is the one that counts.
+    runs: Vec<Listed>,
+    /// Keys deleted while a run may still hold them: they shadow every run of the class.
     gone: HashSet<Key>,
-    /// How many keys the runs hold.
-    keys: u64,
 }
 
-struct Run {
-    /// The first key of each block, and where the block lies.
-    blocks: Vec<(Key, u64, u32)>,
+struct Listed {
+    run: Arc<Run>,
+    /// How many keys were deleted whose newest copy is in this run.
+    gone: u64,
+}
+
+/// A sorted run in a file of its own. It never changes; compaction makes new ones.
+pub(super) struct Run {
+    file: File,
+    blocks: Blocks,
     bloom: BloomFilter,
+    keys: u64,
 }
 
-/// A run written to the file and not yet listed.
-pub(super) struct Written {
-    run: Run,
-    end: u64,
+/// Where a run's blocks lie (they follow each other from the file's start), with the first
+/// key of each spelled out in one buffer. A key of its own each would be as many small
+/// allocations that live as long as the run, scattered among the many short-lived ones of
+/// a compaction, which then could not give their memory back.
+#[derive(Default)]
+struct Blocks {
+    firsts: Vec<u8>,
+    /// Each block: where its first key's text ends in `firsts`, where the block lies, and
+    /// its length.
+    places: Vec<(usize, u64, u32)>,
+}
+
+impl Blocks {
+    fn len(&self) -> usize {
+        self.places.len()
+    }
+
+    fn first(&self, i: usize) -> &[u8] {
+        let start = i.checked_sub(1).map_or(0, |before| self.places[before].0);
+        &self.firsts[start..self.places[i].0]
+    }
+
+    /// Where block `i` lies, and its length.
+    fn place(&self, i: usize) -> (u64, usize) {
+        let (_, at, len) = self.places[i];
+        (at, len as usize)
+    }
+
+    fn push(&mut self, first: &[u8], at: u64) {
+        self.firsts.extend_from_slice(first);
+        self.places.push((self.firsts.len(), at, 0));
+    }
+
+    /// The block that would hold the key spelled `text`: the last whose first key is not
+    /// past it.
+    fn find(&self, text: &[u8]) -> Option<usize> {
+        let (mut low, mut high) = (0, self.len());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            if self.first(middle) <= text {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        low.checked_sub(1)
+    }
+}
+
+impl Run {
+    fn read(&self, at: u64, len: usize) -> Result<Vec<u8>, StoreError> {
+        let mut bytes = vec![0u8; len];
+        self.file.read_exact_at(&mut bytes, at)?;
+        Ok(bytes)
+    }
+
+    /// Where this run puts `key`, if it holds it.
+    fn find(&self, key: &Key) -> Result<Option<FramePos>, StoreError> {
+        if !self.bloom.contains(key) {
+            return Ok(None);
+        }
+        let mut text = [0u8; HASHED_LEN];
+        let spelled = key.text(&mut text);
+        let Some((at, len)) = self.blocks.find(spelled).map(|i| self.blocks.place(i)) else {
+            return Ok(None);
+        };
+        let block = self.read(at, len)?;
+        let found = records(&block)?.into_iter().find(|(k, _)| *k == spelled);
+        Ok(found.map(|(_, at)| at))
+    }
+}
+
+/// Writes a run a record at a time, in key order.
+pub(super) struct RunWriter {
+    file: File,
+    buf: Vec<u8>,
+    /// Where `buf` goes in the file, and where its open block starts in it.
+    base: u64,
+    block: usize,
+    blocks: Blocks,
+    bloom: BloomFilter,
     keys: u64,
+}
+
+impl RunWriter {
+    /// A writer of a run of about `expected` keys, in a fresh unlinked file in `dir`.
+    fn new(dir: &Path, expected: usize) -> Result<RunWriter, StoreError> {
+        Ok(RunWriter {
+            file: tempfile::tempfile_in(dir)?,
+            buf: Vec::with_capacity(FLUSH + BLOCK),
+            base: 0,
+            block: 0,
+            blocks: Blocks::default(),
+            bloom: BloomFilter::with_false_pos(0.001).expected_items(expected.max(1)),
+            keys: 0,
+        })
+    }
+
+    fn push(&mut self, key: &Key, at: FramePos) -> Result<(), StoreError> {
+        let mut text = [0u8; HASHED_LEN];
+        let spelled = key.text(&mut text);
+        let len = self.buf.len();
+        if self.blocks.len() == 0 || len - self.block + RECORD + spelled.len() > BLOCK {
+            if let Some(last) = self.blocks.places.last_mut() {
+                last.2 = (len - self.block) as u32;
+            }
+            if len >= FLUSH {
+                self.file.write_all_at(&self.buf, self.base)?;
+                self.base += len as u64;
+                self.buf.clear();
+            }
+            self.block = self.buf.len();
+            self.blocks.push(spelled, self.base + self.block as u64);
+        }
+        self.buf
+            .extend_from_slice(&(spelled.len() as u16).to_le_bytes());
+        self.buf.extend_from_slice(spelled);
+        self.buf.extend_from_slice(&at.segment.to_le_bytes());
+        self.buf.extend_from_slice(&at.offset.to_le_bytes());
+        self.buf.extend_from_slice(&at.len.to_le_bytes());
+        self.bloom.insert(key);
+        self.keys += 1;
+        Ok(())
+    }
+
+    /// The run written; `None` when it holds no key.
+    fn finish(mut self) -> Result<Option<Run>, StoreError> {
+        if self.keys == 0 {
+            return Ok(None);
+        }
+        if let Some(last) = self.blocks.places.last_mut() {
+            last.2 = (self.buf.len() - self.block) as u32;
+        }
+        self.file.write_all_at(&self.buf, self.base)?;
+        Ok(Some(Run {
+            file: self.file,
+            blocks: self.blocks,
+            bloom: self.bloom,
+            keys: self.keys,
+        }))
+    }
 }
 
 impl Cold {
-    /// A fresh cache file in `dir`, unlinked at once. Without one, every key stays in
-    /// memory (and the log says so).
+    /// Runs to be made in `dir` (none yet).
     pub(super) fn create(dir: &Path) -> Cold {
-        let file = log::unlinked(dir, "meta.cache")
-            .inspect_err(
-                |e| tracing::warn!(error = %e, "no meta cache file: every key stays in memory"),
-            )
-            .ok();
         Cold {
-            file,
+            dir: dir.to_path_buf(),
             failed: false,
-            end: 0,
-            runs: Vec::new(),
-            gone: HashSet::new(),
-            keys: 0,
+            tiers: Default::default(),
         }
     }
 
-    /// False when keys cannot go cold (no file, or a write failed).
+    /// False when keys cannot go cold (a spill failed).
     pub(super) fn spilling(&self) -> bool {
-        self.file.is_some() && !self.failed
+        !self.failed
     }
 
+    /// How many keys the runs hold (some may be stale: written again since, or gone).
     pub(super) fn keys(&self) -> u64 {
-        self.keys
+        self.tiers
+            .iter()
+            .flat_map(|tier| &tier.runs)
+            .map(|listed| listed.run.keys)
+            .sum()
     }
 
     #[cfg(test)]
     pub(super) fn runs(&self) -> usize {
-        self.runs.len()
+        self.tiers.iter().map(|tier| tier.runs.len()).sum()
     }
 
-    /// Writes `keys` (in order, every one cold; `count` of them) after what the file holds,
-    /// a megabyte at a time. Takes `&self`, so that readers go on meanwhile: only the
-    /// store's writer spills.
+    #[cfg(test)]
+    pub(super) fn gone(&self) -> usize {
+        self.tiers.iter().map(|tier| tier.gone.len()).sum()
+    }
+
+    /// Writes `keys` (in order, every one of one class; `count` of them) to a new run.
+    /// Takes `&self`, so that readers go on meanwhile: only the store's writer spills.
     pub(super) fn write<'a>(
         &self,
         keys: impl Iterator<Item = (&'a Key, &'a FramePos)>,
         count: usize,
-    ) -> Result<Written, StoreError> {
-        const FLUSH: usize = 1 << 20;
-        let Some(file) = &self.file else {
-            return Err(StoreError::Unavailable("no meta cache file".into()));
-        };
-        let mut bloom = BloomFilter::with_false_pos(0.001).expected_items(count.max(1));
-        let mut blocks: Vec<(Key, u64, u32)> = Vec::new();
-        let mut buf = Vec::with_capacity(FLUSH + BLOCK);
-        // Where `buf` goes in the file, and where its open block starts in it.
-        let mut base = self.end;
-        let mut block = 0;
-        let mut text = [0u8; HASHED_LEN];
-        let mut written = 0;
+    ) -> Result<Option<Run>, StoreError> {
+        let mut writer = RunWriter::new(&self.dir, count)?;
         for (key, at) in keys {
-            written += 1;
-            let spelled = key.text(&mut text);
-            if blocks.is_empty() || buf.len() - block + RECORD + spelled.len() > BLOCK {
-                if let Some(last) = blocks.last_mut() {
-                    last.2 = (buf.len() - block) as u32;
-                }
-                if buf.len() >= FLUSH {
-                    file.write_all_at(&buf, base)?;
-                    base += buf.len() as u64;
-                    buf.clear();
-                }
-                block = buf.len();
-                blocks.push((key.clone(), base + block as u64, 0));
-            }
-            buf.extend_from_slice(&(spelled.len() as u16).to_le_bytes());
-            buf.extend_from_slice(spelled);
-            buf.extend_from_slice(&at.segment.to_le_bytes());
-            buf.extend_from_slice(&at.offset.to_le_bytes());
-            buf.extend_from_slice(&at.len.to_le_bytes());
-            bloom.insert(key);
+            writer.push(key, *at)?;
         }
-        if let Some(last) = blocks.last_mut() {
-            last.2 = (buf.len() - block) as u32;
-        }
-        file.write_all_at(&buf, base)?;
-        Ok(Written {
-            run: Run { blocks, bloom },
-            end: base + buf.len() as u64,
-            keys: written,
-        })
+        writer.finish()
     }
 
-    /// Lists a run [`Cold::write`] wrote, or after its failure keeps every key in memory.
-    pub(super) fn install(&mut self, written: Result<Written, StoreError>) -> bool {
+    /// Lists a run [`Cold::write`] wrote for `class`, or after its failure keeps every key
+    /// in memory from then on.
+    pub(super) fn install(
+        &mut self,
+        class: usize,
+        written: Result<Option<Run>, StoreError>,
+    ) -> bool {
         match written {
-            Ok(written) => {
-                self.end = written.end;
-                self.keys += written.keys;
-                self.runs.push(written.run);
+            Ok(run) => {
+                if let Some(run) = run {
+                    self.tiers[class].runs.push(Listed {
+                        run: Arc::new(run),
+                        gone: 0,
+                    });
+                }
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot write the meta cache file: every key stays in memory from now on");
+                tracing::warn!(error = %e, "cannot write a meta cache file: every key stays in memory from now on");
                 self.failed = true;
                 false
             }
         }
     }
 
-    /// `key`, cold, was deleted: it must not be found in a run again.
-    pub(super) fn forget(&mut self, key: &Key) {
-        if self.runs.iter().any(|run| run.bloom.contains(key)) {
-            self.gone.insert(key.clone());
+    /// `key`, cold, was deleted: it must not be found in a run again. A key deleted from
+    /// the runs was found in one, and its newest run's filter admits it. One deleted from
+    /// memory (`in_memory`) may be in none, and a filter that admits it falsely would leave
+    /// a gone entry no compaction meets: a run is read to be sure (a failed read counts as
+    /// holding it; a gone entry too many costs memory, not a wrong answer).
+    pub(super) fn forget(&mut self, key: &Key, in_memory: bool) {
+        let Some(tier) = class(key).map(|class| &mut self.tiers[class]) else {
+            return;
+        };
+        let holds = |run: &Run| match in_memory {
+            false => run.bloom.contains(key),
+            true => !matches!(run.find(key), Ok(None)),
+        };
+        if let Some(newest) = tier.runs.iter_mut().rev().find(|l| holds(&l.run)) {
+            newest.gone += 1;
+            tier.gone.insert(key.clone());
         }
     }
 
     /// `key`, cold, was written again: memory has it now.
     pub(super) fn revive(&mut self, key: &Key) {
-        if !self.gone.is_empty() {
-            self.gone.remove(key);
+        if let Some(tier) = class(key).map(|class| &mut self.tiers[class]) {
+            if !tier.gone.is_empty() {
+                tier.gone.remove(key);
+            }
         }
     }
 
     /// Where a cold key's value lies, newest run first.
     pub(super) fn get(&self, key: &Key) -> Result<Option<FramePos>, StoreError> {
-        if self.gone.contains(key) {
+        let Some(tier) = class(key).map(|class| &self.tiers[class]) else {
+            return Ok(None);
+        };
+        if tier.gone.contains(key) {
             return Ok(None);
         }
-        let mut text = [0u8; HASHED_LEN];
-        let spelled = key.text(&mut text);
-        for run in self.runs.iter().rev() {
-            if !run.bloom.contains(key) {
-                continue;
-            }
-            let i = run.blocks.partition_point(|(first, _, _)| first <= key);
-            let Some((_, at, len)) = i.checked_sub(1).map(|i| &run.blocks[i]) else {
-                continue;
-            };
-            let block = self.read(*at, *len)?;
-            if let Some((_, pos)) = records(&block)?.into_iter().find(|(k, _)| *k == spelled) {
-                return Ok(Some(pos));
+        for run in tier.runs.iter().rev().map(|listed| &listed.run) {
+            if let Some(at) = run.find(key)? {
+                return Ok(Some(at));
             }
         }
         Ok(None)
@@ -227,41 +378,46 @@ impl Cold {
         prefix: &str,
         limit: usize,
     ) -> Result<Vec<(Key, FramePos)>, StoreError> {
-        if self.runs.is_empty() || !may_be_cold(prefix) {
-            return Ok(Vec::new());
-        }
         let past = |key: &Key| match from {
             Bound::Included(from) => key >= from,
             Bound::Excluded(from) => key > from,
             Bound::Unbounded => true,
         };
         // Each run's first `limit` keys: among them are the first `limit` of all runs.
-        // Oldest first, so that a newer run's place for a key is the one kept.
+        // Oldest first, so that a newer run's place for a key is the one kept (a key has
+        // one class, so the tiers' keys do not meet).
         let mut found = BTreeMap::new();
-        for run in &self.runs {
-            let first = match from {
-                Bound::Included(from) | Bound::Excluded(from) => run
-                    .blocks
-                    .partition_point(|(first, _, _)| first <= from)
-                    .saturating_sub(1),
-                Bound::Unbounded => 0,
-            };
-            let mut taken = 0;
-            'blocks: for (_, at, len) in &run.blocks[first..] {
-                let block = self.read(*at, *len)?;
-                for (text, pos) in records(&block)? {
-                    let text = std::str::from_utf8(text).map_err(|_| damaged())?;
-                    let key = Key::of(text);
-                    if !past(&key) || self.gone.contains(&key) {
-                        continue;
-                    }
-                    if !text.starts_with(prefix) {
-                        break 'blocks; // in order: every key after it is past the prefix
-                    }
-                    found.insert(key, pos);
-                    taken += 1;
-                    if taken == limit {
-                        break 'blocks;
+        let mut spelled = [0u8; HASHED_LEN];
+        let from_text = match from {
+            Bound::Included(from) | Bound::Excluded(from) => Some(from.text(&mut spelled)),
+            Bound::Unbounded => None,
+        };
+        for (class, tier) in self.tiers.iter().enumerate() {
+            if !may_hold(class, prefix) {
+                continue;
+            }
+            for run in tier.runs.iter().map(|listed| &listed.run) {
+                let first = from_text
+                    .and_then(|from| run.blocks.find(from))
+                    .unwrap_or(0);
+                let mut taken = 0;
+                'blocks: for i in first..run.blocks.len() {
+                    let (at, len) = run.blocks.place(i);
+                    let block = run.read(at, len)?;
+                    for (text, pos) in records(&block)? {
+                        let text = std::str::from_utf8(text).map_err(|_| damaged())?;
+                        let key = Key::of(text);
+                        if !past(&key) || tier.gone.contains(&key) {
+                            continue;
+                        }
+                        if !text.starts_with(prefix) {
+                            break 'blocks; // in order: every key after it is past the prefix
+                        }
+                        found.insert(key, pos);
+                        taken += 1;
+                        if taken == limit {
+                            break 'blocks;
+                        }
                     }
                 }
             }
@@ -269,14 +425,238 @@ impl Cold {
         Ok(found.into_iter().take(limit).collect())
     }
 
-    fn read(&self, at: u64, len: u32) -> Result<Vec<u8>, StoreError> {
-        let Some(file) = &self.file else {
-            return Err(StoreError::Unavailable("no meta cache file".into()));
-        };
-        let mut block = vec![0u8; len as usize];
-        file.read_exact_at(&mut block, at)?;
-        Ok(block)
+    /// The next compaction worth doing, if any, as (class, first run, how many runs): a run
+    /// of which a sixteenth is gone, written again alone; else the newest two neighbours of
+    /// a class of which the older holds less than twice the newer's keys, merged.
+    fn plan(&self) -> Option<(usize, usize, usize)> {
+        if self.failed {
+            return None;
+        }
+        for (class, tier) in self.tiers.iter().enumerate() {
+            let garbage = tier
+                .runs
+                .iter()
+                .position(|listed| listed.gone > 0 && listed.gone * GARBAGE >= listed.run.keys);
+            if let Some(first) = garbage {
+                return Some((class, first, 1));
+            }
+        }
+        for (class, tier) in self.tiers.iter().enumerate() {
+            let pair = tier
+                .runs
+                .windows(2)
+                .rposition(|pair| pair[0].run.keys < 2 * pair[1].run.keys);
+            if let Some(first) = pair {
+                return Some((class, first, 2));
+            }
+        }
+        None
     }
+
+    /// True when [`compact`] has something to do.
+    pub(super) fn wants_compaction(&self) -> bool {
+        self.plan().is_some()
+    }
+}
+
+/// Neighbouring runs of one class to be made into one.
+struct Job {
+    class: usize,
+    /// Where the first of them is listed.
+    first: usize,
+    runs: Vec<Arc<Run>>,
+    /// How many deletions had been counted against them as the job began.
+    gone: u64,
+}
+
+/// Does the next compaction worth doing (see [`Cold::plan`]); false when there was none,
+/// or when `stop` was set meanwhile. The runs are read and the new one written with no
+/// lock held; each batch of merged keys is checked against memory under a read lock (a key
+/// gone, or written again since it was spilled, is left out), and the new run takes the old
+/// ones' place under a short write lock. Only one compaction runs at a time (the caller
+/// sees to it); spills meanwhile only add newer runs, and deletions meanwhile are gone
+/// entries that shadow the new run as they did the old ones.
+pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, StoreError> {
+    let (job, dir) = {
+        let keys = keys.read();
+        let Some((class, first, count)) = keys.cold.plan() else {
+            return Ok(false);
+        };
+        let listed = &keys.cold.tiers[class].runs[first..first + count];
+        let job = Job {
+            class,
+            first,
+            runs: listed.iter().map(|listed| listed.run.clone()).collect(),
+            gone: listed.iter().map(|listed| listed.gone).sum(),
+        };
+        (job, keys.cold.dir.clone())
+    };
+    let expected: u64 = job.runs.iter().map(|run| run.keys).sum();
+    let mut writer = RunWriter::new(&dir, expected as usize)?;
+    let mut cursors: Vec<Cursor> = job.runs.iter().map(|run| Cursor::new(run)).collect();
+    // Keys left out: gone ones may be forgotten once the new run is listed.
+    let mut left_out = Vec::new();
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        while batch.len() < BATCH {
+            match next_merged(&mut cursors)? {
+                Some(record) => batch.push(record),
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            break;
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let kept: Vec<(Key, FramePos)> = {
+            let keys = keys.read();
+            let gone = &keys.cold.tiers[job.class].gone;
+            batch
+                .drain(..)
+                .filter_map(|(key, at)| {
+                    if gone.contains(&key) || keys.map.contains_key(&key) {
+                        left_out.push(key);
+                        None
+                    } else {
+                        Some((key, at))
+                    }
+                })
+                .collect()
+        };
+        for (key, at) in &kept {
+            writer.push(key, *at)?;
+        }
+    }
+    let run = writer.finish()?;
+    let replaced: Vec<Listed> = {
+        let mut keys = keys.write();
+        let tier = &mut keys.cold.tiers[job.class];
+        let still_listed = job.runs.iter().enumerate().all(|(i, run)| {
+            tier.runs
+                .get(job.first + i)
+                .is_some_and(|listed| Arc::ptr_eq(&listed.run, run))
+        });
+        if !still_listed {
+            return Err(StoreError::Unavailable(
+                "the meta cache's runs changed under a compaction".into(),
+            ));
+        }
+        // Keys deleted meanwhile were counted against the old runs; the new one may hold
+        // them (counted once too many when their batch was checked after the deletion).
+        let range = job.first..job.first + job.runs.len();
+        let gone: u64 = tier.runs[range.clone()].iter().map(|l| l.gone).sum();
+        let new = run.map(|run| Listed {
+            run: Arc::new(run),
+            gone: gone - job.gone,
+        });
+        let replaced = tier.runs.splice(range, new).collect();
+        if tier.runs.is_empty() {
+            tier.gone.clear();
+        }
+        for key in &left_out {
+            if tier.gone.contains(key) && !tier.runs.iter().any(|l| l.run.bloom.contains(key)) {
+                tier.gone.remove(key);
+            }
+        }
+        replaced
+    };
+    // The old runs' files close here, outside the lock, as their last references go.
+    drop(replaced);
+    drop(job);
+    Ok(true)
+}
+
+/// A run's records in order, read a megabyte of blocks at a time.
+struct Cursor<'a> {
+    run: &'a Run,
+    /// The next block to read.
+    block: usize,
+    read: std::vec::IntoIter<(Key, FramePos)>,
+    head: Option<(Key, FramePos)>,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(run: &'a Run) -> Cursor<'a> {
+        Cursor {
+            run,
+            block: 0,
+            read: Vec::new().into_iter(),
+            head: None,
+        }
+    }
+
+    /// The record at the cursor, reading on when it has none.
+    fn peek(&mut self) -> Result<Option<&(Key, FramePos)>, StoreError> {
+        if self.head.is_none() {
+            self.head = match self.read.next() {
+                Some(record) => Some(record),
+                None => self.refill()?,
+            };
+        }
+        Ok(self.head.as_ref())
+    }
+
+    fn refill(&mut self) -> Result<Option<(Key, FramePos)>, StoreError> {
+        let blocks = &self.run.blocks;
+        if self.block == blocks.len() {
+            return Ok(None);
+        }
+        let (at, _) = blocks.place(self.block);
+        let mut end = self.block;
+        let mut len = 0usize;
+        while end < blocks.len() {
+            let (_, size) = blocks.place(end);
+            if len > 0 && len + size > FLUSH {
+                break;
+            }
+            len += size;
+            end += 1;
+        }
+        let bytes = self.run.read(at, len)?;
+        let mut read = Vec::new();
+        let mut offset = 0;
+        for i in self.block..end {
+            let (_, size) = blocks.place(i);
+            let block = bytes.get(offset..offset + size).ok_or_else(damaged)?;
+            for (text, pos) in records(block)? {
+                let text = std::str::from_utf8(text).map_err(|_| damaged())?;
+                read.push((Key::of(text), pos));
+            }
+            offset += size;
+        }
+        self.block = end;
+        self.read = read.into_iter();
+        Ok(self.read.next())
+    }
+}
+
+/// The least key at the cursors' heads, with the place the newest run gives it; every
+/// cursor holding it moves past it.
+fn next_merged(cursors: &mut [Cursor]) -> Result<Option<(Key, FramePos)>, StoreError> {
+    let mut least: Option<(usize, Key)> = None;
+    for (i, cursor) in cursors.iter_mut().enumerate() {
+        if let Some((key, _)) = cursor.peek()? {
+            // Later cursors are newer runs: on a tie, theirs wins.
+            if least.as_ref().is_none_or(|(_, least)| key <= least) {
+                least = Some((i, key.clone()));
+            }
+        }
+    }
+    let Some((newest, key)) = least else {
+        return Ok(None);
+    };
+    let mut place = None;
+    for (i, cursor) in cursors.iter_mut().enumerate() {
+        if cursor.head.as_ref().is_some_and(|(k, _)| *k == key) {
+            let (_, at) = cursor.head.take().expect("a head");
+            if i == newest {
+                place = Some(at);
+            }
+        }
+    }
+    Ok(place.map(|at| (key, at)))
 }
 
 fn damaged() -> StoreError {
@@ -320,6 +700,34 @@ mod tests {
         }
     }
 
+    fn seat(n: u64) -> Key {
+        let mut hash = [0u8; 32];
+        hash[..8].copy_from_slice(&n.to_be_bytes());
+        Key::Hashed(1, hash)
+    }
+
+    fn code(n: u64) -> Key {
+        let mut hash = [0u8; 32];
+        hash[..8].copy_from_slice(&n.to_be_bytes());
+        Key::Hashed(0, hash)
+    }
+
+    /// Keys in memory, none of them cold yet, and no spill to come: compactions alone.
+    fn store(dir: &Path) -> RwLock<Keys> {
+        RwLock::new(Keys {
+            map: BTreeMap::new(),
+            spillable: [0; CLASSES],
+            spill_at: 0,
+            cold: Cold::create(dir),
+        })
+    }
+
+    fn spill_run(keys: &RwLock<Keys>, class: usize, run: &[(Key, FramePos)]) {
+        let mut keys = keys.write();
+        let written = keys.cold.write(run.iter().map(|(k, a)| (k, a)), run.len());
+        assert!(keys.cold.install(class, written));
+    }
+
     /// A run of many blocks, written in several flushes: every key is found where it was
     /// put, keys it does not hold are not, and scans from any point list them in order.
     #[test]
@@ -327,11 +735,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut cold = Cold::create(dir.path());
         let mut keys: Vec<(Key, FramePos)> = (0..30_000u64)
-            .map(|n| {
-                let mut hash = [0u8; 32];
-                hash[..8].copy_from_slice(&(n * 2).to_be_bytes());
-                (Key::Hashed(1, hash), at(n))
-            })
+            .map(|n| (seat(n * 2), at(n)))
             .chain((0..3_000u64).map(|n| {
                 (
                     Key::of(&format!("game/box/{n:0>width$}", width = (n % 40) as usize)),
@@ -342,17 +746,17 @@ mod tests {
         keys.sort_by(|a, b| a.0.cmp(&b.0));
         keys.dedup_by(|a, b| a.0 == b.0);
         let written = cold.write(keys.iter().map(|(k, a)| (k, a)), keys.len());
-        assert!(cold.install(written));
-        let run = &cold.runs[0];
+        assert!(cold.install(0, written));
+        let run = &cold.tiers[0].runs[0].run;
         assert!(run.blocks.len() > 600, "{} blocks", run.blocks.len());
-        assert!(run.blocks.iter().all(|b| b.2 as usize <= BLOCK));
-        assert!(cold.end > 2 << 20, "written in several flushes");
+        assert!((0..run.blocks.len()).all(|i| run.blocks.place(i).1 <= BLOCK));
+        assert!((1..run.blocks.len()).all(|i| run.blocks.first(i - 1) < run.blocks.first(i)));
+        let size = run.file.metadata().expect("metadata").len();
+        assert!(size > 2 << 20, "written in several flushes");
         for (key, place) in &keys {
             assert_eq!(cold.get(key).expect("get"), Some(*place), "{key:?}");
         }
-        let mut missing = [0u8; 32];
-        missing[..8].copy_from_slice(&7u64.to_be_bytes());
-        assert_eq!(cold.get(&Key::Hashed(1, missing)).expect("get"), None);
+        assert_eq!(cold.get(&seat(7)).expect("get"), None);
         assert_eq!(cold.get(&Key::of("game/box/none")).expect("get"), None);
         // Scans: from the start of each family, and from a key in the middle, by pages.
         for prefix in ["seat/", "game/", ""] {
@@ -373,7 +777,7 @@ mod tests {
             assert!(rest.iter().zip(expected).all(|(a, b)| a.0 == b.0));
         }
         // Deleted: not found again, in a scan either.
-        cold.forget(&keys[5].0);
+        cold.forget(&keys[5].0, false);
         assert_eq!(cold.get(&keys[5].0).expect("get"), None);
         let scan = cold.scan(&Bound::Unbounded, "", 10).expect("scan");
         assert!(scan.iter().all(|(k, _)| *k != keys[5].0));
@@ -381,5 +785,142 @@ mod tests {
             .scan(&Bound::Unbounded, "code/", 10)
             .expect("scan")
             .is_empty());
+    }
+
+    /// Two runs merged into one keep the newer place of a key both hold, leave out the keys
+    /// gone and those memory holds again, and forget the gone ones; a run of which a
+    /// sixteenth is gone is written again without them; a run all gone leaves no run.
+    #[test]
+    fn compactions_merge_runs_and_drop_what_was_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keys = store(dir.path());
+        let stop = AtomicBool::new(false);
+        // Lasting keys: an older run of evens (place n), a newer of multiples of three
+        // (place n + 1), each of several blocks.
+        let older: Vec<_> = (0..3_000u64).step_by(2).map(|n| (seat(n), at(n))).collect();
+        let newer: Vec<_> = (0..3_000u64)
+            .step_by(3)
+            .map(|n| (seat(n), at(n + 1)))
+            .collect();
+        spill_run(&keys, 0, &older);
+        spill_run(&keys, 0, &newer);
+        {
+            let mut keys = keys.write();
+            keys.cold.forget(&seat(4), false); // in the older run alone
+            keys.cold.forget(&seat(6), false); // in both
+            keys.map.insert(seat(8), at(9_999)); // written again since
+            assert_eq!(keys.cold.gone(), 2);
+        }
+        assert!(compact(&keys, &stop).expect("compact"));
+        {
+            let keys = keys.read();
+            assert_eq!(keys.cold.tiers[0].runs.len(), 1);
+            // No run holds a gone key any more; the new run's filter may admit one falsely
+            // (one in a thousand), which then stays gone.
+            assert!(keys.cold.gone() <= 1, "{} gone", keys.cold.gone());
+            let expected = 1_500 + 1_000 - 500 - 3; // evens and threes, sixes once, less 4, 6 and 8
+            assert_eq!(keys.cold.keys(), expected);
+            for n in 0..3_000u64 {
+                let place = match n {
+                    4 | 6 | 8 => None,
+                    n if n % 3 == 0 => Some(at(n + 1)),
+                    n if n % 2 == 0 => Some(at(n)),
+                    _ => None,
+                };
+                assert_eq!(keys.cold.get(&seat(n)).expect("get"), place, "{n}");
+            }
+        }
+        assert!(
+            !compact(&keys, &stop).expect("compact"),
+            "nothing left to do"
+        );
+
+        // Codes: a run of 160, of which 9 gone (not yet a sixteenth), then 10.
+        let codes: Vec<_> = (0..160u64).map(|n| (code(n), at(n))).collect();
+        spill_run(&keys, 1, &codes);
+        for n in 0..9 {
+            keys.write().cold.forget(&code(n), false);
+        }
+        assert!(!compact(&keys, &stop).expect("compact"));
+        keys.write().cold.forget(&code(9), false);
+        assert!(compact(&keys, &stop).expect("compact"));
+        {
+            let keys = keys.read();
+            assert_eq!(keys.cold.tiers[1].runs[0].run.keys, 150);
+            assert!(keys.cold.tiers[1].gone.len() <= 2, "as above");
+            assert_eq!(keys.cold.get(&code(9)).expect("get"), None);
+            assert_eq!(keys.cold.get(&code(10)).expect("get"), Some(at(10)));
+        }
+        // All gone: the run goes, and so do the gone keys.
+        for n in 10..160 {
+            keys.write().cold.forget(&code(n), false);
+        }
+        assert!(compact(&keys, &stop).expect("compact"));
+        let keys = keys.read();
+        assert_eq!(keys.cold.tiers[1].runs.len(), 0);
+        assert_eq!(keys.cold.gone(), 0);
+        assert_eq!(keys.cold.keys(), 1_997);
+    }
+
+    /// A key deleted that an older run outside the merge holds too stays gone: the new run
+    /// does not hold it, but the older one would answer for it.
+    #[test]
+    fn a_gone_key_an_older_run_holds_stays_gone_after_a_merge() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keys = store(dir.path());
+        let stop = AtomicBool::new(false);
+        let oldest: Vec<_> = (0..1_000u64).map(|n| (seat(n), at(n))).collect();
+        let older: Vec<_> = (0..100u64).map(|n| (seat(n), at(n + 1))).collect();
+        let newer: Vec<_> = (100..200u64).map(|n| (seat(n), at(n + 1))).collect();
+        spill_run(&keys, 0, &oldest);
+        spill_run(&keys, 0, &older);
+        spill_run(&keys, 0, &newer);
+        keys.write().cold.forget(&seat(5), false);
+        assert!(compact(&keys, &stop).expect("compact"));
+        let keys = keys.read();
+        let sizes: Vec<u64> = keys.cold.tiers[0].runs.iter().map(|l| l.run.keys).collect();
+        assert_eq!(sizes, [1_000, 199], "the newer two merged");
+        assert_eq!(keys.cold.get(&seat(5)).expect("get"), None);
+        assert_eq!(keys.cold.get(&seat(6)).expect("get"), Some(at(7)));
+        assert_eq!(keys.cold.gone(), 1);
+    }
+
+    /// Spilled again and again, a class keeps a few runs, each at least twice as large as
+    /// the next newer one, and every key answers from them.
+    #[test]
+    fn runs_stay_few_as_spills_go_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keys = store(dir.path());
+        let stop = AtomicBool::new(false);
+        for spill in 0..100u64 {
+            let run: Vec<_> = (0..64u64)
+                .map(|n| (seat(n * 100 + spill), at(spill)))
+                .collect();
+            spill_run(&keys, 0, &run);
+            while compact(&keys, &stop).expect("compact") {}
+        }
+        let keys = keys.read();
+        let sizes: Vec<u64> = keys.cold.tiers[0].runs.iter().map(|l| l.run.keys).collect();
+        assert!(sizes.len() <= 7, "{sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[0] >= 2 * w[1]), "{sizes:?}");
+        assert_eq!(sizes.iter().sum::<u64>(), 6_400);
+        for spill in 0..100u64 {
+            for n in [0, 31, 63] {
+                let key = seat(n * 100 + spill);
+                assert_eq!(keys.cold.get(&key).expect("get"), Some(at(spill)));
+            }
+        }
+    }
+
+    /// A compaction told to stop gives up and leaves the runs as they were.
+    #[test]
+    fn a_stopped_compaction_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keys = store(dir.path());
+        let run: Vec<_> = (0..100u64).map(|n| (seat(n), at(n))).collect();
+        spill_run(&keys, 0, &run);
+        spill_run(&keys, 0, &run);
+        assert!(!compact(&keys, &AtomicBool::new(true)).expect("compact"));
+        assert_eq!(keys.read().cold.runs(), 2);
     }
 }
