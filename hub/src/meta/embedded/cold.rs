@@ -27,7 +27,7 @@
 //! spill every key stays in memory; a failed compaction leaves the runs as they were; a
 //! failed read is an error the caller gets (a 503), never a key reported missing.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
@@ -383,46 +383,42 @@ impl Cold {
             Bound::Excluded(from) => key > from,
             Bound::Unbounded => true,
         };
-        // Each run's first `limit` keys: among them are the first `limit` of all runs.
-        // Oldest first, so that a newer run's place for a key is the one kept (a key has
-        // one class, so the tiers' keys do not meet).
-        let mut found = BTreeMap::new();
         let mut spelled = [0u8; HASHED_LEN];
         let from_text = match from {
             Bound::Included(from) | Bound::Excluded(from) => Some(from.text(&mut spelled)),
             Bound::Unbounded => None,
         };
+        // The runs merged from `from` on, a block at a time, so that a page reads about
+        // what it keeps (and a block a run more). A class's runs oldest first, so that a
+        // newer run's place for a key is the one kept; the classes' keys never meet.
+        let mut cursors: Vec<Cursor> = Vec::new();
         for (class, tier) in self.tiers.iter().enumerate() {
-            if !may_hold(class, prefix) {
-                continue;
-            }
-            for run in tier.runs.iter().map(|listed| &listed.run) {
-                let first = from_text
-                    .and_then(|from| run.blocks.find(from))
-                    .unwrap_or(0);
-                let mut taken = 0;
-                'blocks: for i in first..run.blocks.len() {
-                    let (at, len) = run.blocks.place(i);
-                    let block = run.read(at, len)?;
-                    for (text, pos) in records(&block)? {
-                        let text = std::str::from_utf8(text).map_err(|_| damaged())?;
-                        let key = Key::of(text);
-                        if !past(&key) || tier.gone.contains(&key) {
-                            continue;
-                        }
-                        if !text.starts_with(prefix) {
-                            break 'blocks; // in order: every key after it is past the prefix
-                        }
-                        found.insert(key, pos);
-                        taken += 1;
-                        if taken == limit {
-                            break 'blocks;
-                        }
-                    }
-                }
+            if may_hold(class, prefix) {
+                cursors.extend(tier.runs.iter().map(|listed| {
+                    let first = from_text.and_then(|from| listed.run.blocks.find(from));
+                    Cursor::at(&listed.run, first.unwrap_or(0), BLOCK)
+                }));
             }
         }
-        Ok(found.into_iter().take(limit).collect())
+        let mut found = Vec::new();
+        while found.len() < limit {
+            let Some((key, at)) = next_merged(&mut cursors)? else {
+                break;
+            };
+            let mut text = [0u8; HASHED_LEN];
+            let spelled = key.text(&mut text);
+            if !past(&key) || spelled < prefix.as_bytes() {
+                continue;
+            }
+            if !spelled.starts_with(prefix.as_bytes()) {
+                break; // in order: every key after it is past the prefix
+            }
+            let gone = class(&key).is_some_and(|class| self.tiers[class].gone.contains(&key));
+            if !gone {
+                found.push((key, at));
+            }
+        }
+        Ok(found)
     }
 
     /// The next compaction worth doing, if any, as (class, first run, how many runs): a run
@@ -493,7 +489,11 @@ pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, St
     };
     let expected: u64 = job.runs.iter().map(|run| run.keys).sum();
     let mut writer = RunWriter::new(&dir, expected as usize)?;
-    let mut cursors: Vec<Cursor> = job.runs.iter().map(|run| Cursor::new(run)).collect();
+    let mut cursors: Vec<Cursor> = job
+        .runs
+        .iter()
+        .map(|run| Cursor::at(run, 0, FLUSH))
+        .collect();
     // Keys left out: gone ones may be forgotten once the new run is listed.
     let mut left_out = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
@@ -568,20 +568,24 @@ pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, St
     Ok(true)
 }
 
-/// A run's records in order, read a megabyte of blocks at a time.
+/// A run's records in order, read some blocks at a time.
 struct Cursor<'a> {
     run: &'a Run,
     /// The next block to read.
     block: usize,
+    /// About how many bytes of blocks to read at once.
+    chunk: usize,
     read: std::vec::IntoIter<(Key, FramePos)>,
     head: Option<(Key, FramePos)>,
 }
 
 impl<'a> Cursor<'a> {
-    fn new(run: &'a Run) -> Cursor<'a> {
+    /// A cursor at block `block` of `run`, reading about `chunk` bytes at once.
+    fn at(run: &'a Run, block: usize, chunk: usize) -> Cursor<'a> {
         Cursor {
             run,
-            block: 0,
+            block,
+            chunk,
             read: Vec::new().into_iter(),
             head: None,
         }
@@ -608,7 +612,7 @@ impl<'a> Cursor<'a> {
         let mut len = 0usize;
         while end < blocks.len() {
             let (_, size) = blocks.place(end);
-            if len > 0 && len + size > FLUSH {
+            if len > 0 && len + size > self.chunk {
                 break;
             }
             len += size;
@@ -690,6 +694,8 @@ fn records(block: &[u8]) -> Result<Vec<(&[u8], FramePos)>, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn at(n: u64) -> FramePos {
