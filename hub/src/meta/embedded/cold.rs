@@ -54,8 +54,15 @@ const FLUSH: usize = 1 << 20;
 const RECORD: usize = 2 + 4 + 8 + 4;
 /// A run of which this share is gone is written again without them.
 const GARBAGE: u64 = 16;
-/// How many merged keys a compaction checks against memory under one read lock.
+/// How many merged keys a compaction checks against memory under one read lock, and how
+/// many gone entries it forgets under one write lock.
 const BATCH: usize = 4096;
+/// How many gone keys a compaction leaves out before it stops listing them, and finds them
+/// again by reading its old runs once more instead (see [`LeftOut`]).
+#[cfg(not(test))]
+const LEFT_OUT: usize = 65_536;
+#[cfg(test)]
+const LEFT_OUT: usize = 2;
 
 /// The class of a key that goes cold, if it is one (a record spells its key's length in
 /// two bytes).
@@ -469,9 +476,10 @@ struct Job {
 /// or when `stop` was set meanwhile. The runs are read and the new one written with no
 /// lock held; each batch of merged keys is checked against memory under a read lock (a key
 /// gone, or written again since it was spilled, is left out), and the new run takes the old
-/// ones' place under a short write lock. Only one compaction runs at a time (the caller
-/// sees to it); spills meanwhile only add newer runs, and deletions meanwhile are gone
-/// entries that shadow the new run as they did the old ones.
+/// ones' place under a short write lock; then the gone keys it left out are forgotten
+/// where no run admits them any more, a batch at a time. Only one compaction runs at a
+/// time (the caller sees to it); spills meanwhile only add newer runs, and deletions
+/// meanwhile are gone entries that shadow the new run as they did the old ones.
 pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, StoreError> {
     let (job, dir) = {
         let keys = keys.read();
@@ -494,8 +502,8 @@ pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, St
         .iter()
         .map(|run| Cursor::at(run, 0, FLUSH))
         .collect();
-    // Keys left out: gone ones may be forgotten once the new run is listed.
-    let mut left_out = Vec::new();
+    // Gone keys left out, to be forgotten once the new run is listed.
+    let mut left_out = LeftOut::Few(Vec::new());
     let mut batch = Vec::with_capacity(BATCH);
     loop {
         while batch.len() < BATCH {
@@ -516,8 +524,10 @@ pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, St
             batch
                 .drain(..)
                 .filter_map(|(key, at)| {
-                    if gone.contains(&key) || keys.map.contains_key(&key) {
+                    if gone.contains(&key) {
                         left_out.push(key);
+                        None
+                    } else if keys.map.contains_key(&key) {
                         None
                     } else {
                         Some((key, at))
@@ -555,17 +565,95 @@ pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, St
         if tier.runs.is_empty() {
             tier.gone.clear();
         }
-        for key in &left_out {
-            if tier.gone.contains(key) && !tier.runs.iter().any(|l| l.run.bloom.contains(key)) {
-                tier.gone.remove(key);
-            }
-        }
         replaced
     };
-    // The old runs' files close here, outside the lock, as their last references go.
     drop(replaced);
+    // The gone keys left out are forgotten where no run admits them any more, a batch at a
+    // time under short write locks: a purge may have left out millions, and the store's
+    // readers and writer must not wait for them all.
+    match left_out {
+        LeftOut::Few(list) => {
+            for chunk in list.chunks(BATCH) {
+                forget_unlisted(keys, job.class, chunk);
+            }
+        }
+        LeftOut::Many => {
+            for run in &job.runs {
+                let mut cursor = Cursor::at(run, 0, FLUSH);
+                let mut chunk = Vec::with_capacity(BATCH);
+                loop {
+                    while chunk.len() < BATCH {
+                        match cursor.pop()? {
+                            Some((key, _)) => chunk.push(key),
+                            None => break,
+                        }
+                    }
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        // Closing: what is left costs memory until then, never an answer.
+                        return Ok(true);
+                    }
+                    forget_unlisted(keys, job.class, &chunk);
+                    chunk.clear();
+                }
+            }
+        }
+    }
+    // The old runs' files close here, outside the lock, as their last references go.
     drop(job);
     Ok(true)
+}
+
+/// The gone keys a compaction left out: listed while they are few, else only known to be
+/// among its old runs' keys, which are read once more to find them. A purge's compaction
+/// may leave out millions, and a list of them would be tens of megabytes at once.
+enum LeftOut {
+    Few(Vec<Key>),
+    Many,
+}
+
+impl LeftOut {
+    fn push(&mut self, key: Key) {
+        if let LeftOut::Few(list) = self {
+            if list.len() < LEFT_OUT {
+                list.push(key);
+            } else {
+                *self = LeftOut::Many;
+            }
+        }
+    }
+}
+
+/// Forgets those of `candidates` that are gone from `class` and that no run of it admits.
+/// They are picked under a read lock and checked again under the write lock: meanwhile a
+/// key may have been written again, spilled to a new run and deleted once more.
+fn forget_unlisted(keys: &RwLock<Keys>, class: usize, candidates: &[Key]) {
+    let unlisted = |tier: &Tier, key: &Key| {
+        tier.gone.contains(key) && !tier.runs.iter().any(|l| l.run.bloom.contains(key))
+    };
+    let picked: Vec<&Key> = {
+        let keys = keys.read();
+        let tier = &keys.cold.tiers[class];
+        if tier.gone.is_empty() {
+            return;
+        }
+        candidates
+            .iter()
+            .filter(|key| unlisted(tier, key))
+            .collect()
+    };
+    if picked.is_empty() {
+        return;
+    }
+    let mut keys = keys.write();
+    let tier = &mut keys.cold.tiers[class];
+    for key in picked {
+        if unlisted(tier, key) {
+            tier.gone.remove(key);
+        }
+    }
 }
 
 /// A run's records in order, read some blocks at a time.
@@ -600,6 +688,12 @@ impl<'a> Cursor<'a> {
             };
         }
         Ok(self.head.as_ref())
+    }
+
+    /// The record at the cursor, moving past it.
+    fn pop(&mut self) -> Result<Option<(Key, FramePos)>, StoreError> {
+        self.peek()?;
+        Ok(self.head.take())
     }
 
     fn refill(&mut self) -> Result<Option<(Key, FramePos)>, StoreError> {
