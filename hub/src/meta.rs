@@ -38,6 +38,14 @@ pub trait Meta: Send + Sync {
     /// Removes `key`; true when it was present.
     async fn delete(&self, key: &str) -> Result<bool, StoreError>;
 
+    /// Removes `key` without looking whether it was there, for a caller that has just
+    /// read it: durable when it returns, like `delete`, and cheaper where looking costs
+    /// (an embedded store's cold key is looked up in its cache file, and every change of
+    /// the store waits meanwhile).
+    async fn discard(&self, key: &str) -> Result<(), StoreError> {
+        self.delete(key).await.map(|_| ())
+    }
+
     /// Removes `key` and returns the value it had, atomically: of callers racing for the
     /// key, one gets its value. The one mutating call that may return before it is
     /// durable: the removal is durable no later than the next change this caller makes

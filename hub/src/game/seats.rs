@@ -652,7 +652,8 @@ impl Seats {
     /// Forgets pairing codes that expired, or were used or replaced, more than `keep_ms`
     /// before `now_ms`: until then a late try answers `code_used` or `code_expired`,
     /// afterwards `not_found`, and the store does not grow with every code ever issued.
-    /// Returns how many it removed.
+    /// Returns how many it removed (counted as read: one removed meanwhile by another
+    /// caller is counted too).
     /// The codes are read a page at a time: a day's codes are as many as the games
     /// seated in a day, too many to hold at once on a busy hub. A page's dead codes are
     /// deleted together, so that the store commits them at once: one by one, each
@@ -677,12 +678,15 @@ impl Seats {
                     dead.push(key.clone());
                 }
             }
-            let deleted: Vec<bool> = futures_util::stream::iter(dead)
-                .map(|key| async move { self.meta.delete(&key).await })
+            // Discarded, not deleted: the page has just read them, and a delete would look
+            // each up again (in an embedded store's cache file, once it has gone cold).
+            let count = dead.len();
+            futures_util::stream::iter(dead)
+                .map(|key| async move { self.meta.discard(&key).await })
                 .buffer_unordered(PAGE)
-                .try_collect()
+                .try_collect::<()>()
                 .await?;
-            purged += deleted.into_iter().filter(|&d| d).count();
+            purged += count;
             // Others' work goes between pages: a page reads its values on this thread.
             tokio::task::yield_now().await;
             match page.into_iter().last() {

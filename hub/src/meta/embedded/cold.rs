@@ -334,14 +334,18 @@ impl Cold {
     }
 
     /// `key`, cold, was deleted: it must not be found in a run again. A key deleted from
-    /// the runs was found in one, and its newest run's filter admits it. One deleted from
-    /// memory (`in_memory`) may be in none, and a filter that admits it falsely would leave
-    /// a gone entry no compaction meets: a run is read to be sure (a failed read counts as
-    /// holding it; a gone entry too many costs memory, not a wrong answer).
+    /// the runs was found in one (or discarded just after it was read), and its newest
+    /// run's filter admits it. One deleted from memory (`in_memory`) may be in none, and a
+    /// filter that admits it falsely would leave a gone entry no compaction meets: a run is
+    /// read to be sure (a failed read counts as holding it; a gone entry too many costs
+    /// memory, not a wrong answer). A key gone already (discarded twice) changes nothing.
     pub(super) fn forget(&mut self, key: &Key, in_memory: bool) {
         let Some(tier) = class(key).map(|class| &mut self.tiers[class]) else {
             return;
         };
+        if !in_memory && tier.gone.contains(key) {
+            return;
+        }
         let holds = |run: &Run| match in_memory {
             false => run.bloom.contains(key),
             true => !matches!(run.find(key), Ok(None)),
@@ -941,6 +945,8 @@ mod tests {
         for n in 0..9 {
             keys.write().cold.forget(&code(n), false);
         }
+        // A key discarded twice counts once.
+        keys.write().cold.forget(&code(3), false);
         assert!(!compact(&keys, &stop).expect("compact"));
         keys.write().cold.forget(&code(9), false);
         assert!(compact(&keys, &stop).expect("compact"));
