@@ -21,7 +21,10 @@
 //! The map holds durable contents only: `get` and `scan` never show a change that a crash
 //! could still take back. The checks of `insert_new` and `take` look at the staged changes
 //! too (newest per key), under the one lock that also fixes the order in which changes
-//! reach the writer, so two callers racing for a key still get one winner.
+//! reach the writer, so two callers racing for a key still get one winner. What they find
+//! of the durable keys is looked up before that lock, so that no change waits behind the
+//! reads of a cold key's run or of a value, and trusted under it only if the writer has
+//! applied nothing since.
 //!
 //! The log is compacted at open when it has grown well past the live data: the live
 //! entries are written to a fresh segment, synced, and the old segments removed oldest
@@ -180,6 +183,10 @@ struct Shared {
     staged: Mutex<Staged>,
     failed: AtomicBool,
     syncs: AtomicU64,
+    /// How many batches the writer has applied to `keys`, moved on while it holds both
+    /// `staged` and `keys`: a lookup made outside `staged` is still good under it while
+    /// this has not moved (see [`EmbeddedMeta::change`]).
+    applied: AtomicU64,
     /// Where the time of each write and fsync of a batch goes, once the hub's metrics are
     /// attached (`pipehub_meta_fsync_seconds`).
     flush_seconds: OnceLock<Histogram>,
@@ -416,6 +423,7 @@ impl EmbeddedMeta {
             }),
             failed: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
             flush_seconds: OnceLock::new(),
             compacting: Mutex::new(()),
             stop: AtomicBool::new(false),
@@ -460,17 +468,34 @@ impl EmbeddedMeta {
         self.shared.syncs.load(Ordering::Relaxed)
     }
 
-    /// Stages a change if `check` (told whether the key holds a value, staged or durable;
-    /// none: always) allows it, and waits until it is durable when `wait` is set.
-    /// `Ok(None)`: `check` refused; otherwise the value the key had when `read_before` is
-    /// set (`Some(None)` when it is not).
+    /// Stages a change if what it asks of its key (`ask`) holds, and waits until it is
+    /// durable when `wait` is set. `Ok(None)`: it did not hold; otherwise, for
+    /// [`Ask::Value`], the value the key had (`Some(None)` for any other ask).
+    ///
+    /// The key is looked up before the staging lock, which every change takes (a cold
+    /// key's lookup reads its run, and a value a frame of the log): see [`Shared::look`].
     async fn change(
         &self,
         key: &str,
         value: Option<Bytes>,
-        read_before: bool,
+        ask: Ask,
         wait: bool,
-        check: Option<fn(bool) -> bool>,
+    ) -> Result<Option<Option<Bytes>>, StoreError> {
+        let early = self.shared.look(key, ask);
+        self.stage(key, value, ask, early, wait).await
+    }
+
+    /// [`EmbeddedMeta::change`] once the key has been looked up (`early`; `None`: not
+    /// looked up, or the lookup failed). Under the staging lock, a staged change of the key
+    /// says what it holds; else the early lookup does if the writer has applied nothing
+    /// since it was made, and otherwise the key is looked up again there.
+    async fn stage(
+        &self,
+        key: &str,
+        value: Option<Bytes>,
+        ask: Ask,
+        early: Option<Looked>,
+        wait: bool,
     ) -> Result<Option<Option<Bytes>>, StoreError> {
         if self.shared.failed.load(Ordering::Acquire) {
             return Err(unavailable());
@@ -478,25 +503,36 @@ impl EmbeddedMeta {
         let (reply, answer) = oneshot::channel();
         let before = {
             let mut staged = self.shared.staged.lock();
-            // A plain put needs neither the value before nor whether there was one: it
-            // does not look (a cold key's lookup may read the cache file).
             let before = match staged.newest.get(key) {
-                _ if check.is_none() && !read_before => Before::Staged(None),
+                _ if ask == Ask::Nothing => Before::Staged(None),
                 Some((_, v)) => Before::Staged(v.clone()),
-                None => match self.shared.keys.read().place(&Key::of(key))? {
-                    Some(at) => Before::Durable(at),
-                    None => Before::Staged(None),
+                None => match early {
+                    // The writer changes `keys` only while it holds this lock, and moves
+                    // `applied` on before it lets go: the keys are as the lookup saw them.
+                    Some(looked)
+                        if looked.applied == self.shared.applied.load(Ordering::Acquire) =>
+                    {
+                        match looked.found {
+                            Some((at, v)) => Before::Durable(at, v),
+                            None => Before::Staged(None),
+                        }
+                    }
+                    _ => match self.shared.keys.read().place(&Key::of(key))? {
+                        Some(at) => Before::Durable(at, None),
+                        None => Before::Staged(None),
+                    },
                 },
             };
-            let present = !matches!(before, Before::Staged(None));
-            if check.is_some_and(|check| !check(present)) {
+            if !ask.holds(!matches!(before, Before::Staged(None))) {
                 return Ok(None);
             }
-            // Read under the lock, before staging: after a failed read nothing changes.
+            // Read under the lock, before staging, when the lookup did not read it: after a
+            // failed read nothing changes.
             let before = match before {
-                _ if !read_before => None,
+                _ if ask != Ask::Value => None,
                 Before::Staged(v) => v,
-                Before::Durable(at) => Some(self.shared.read(at)?),
+                Before::Durable(_, Some(v)) => Some(v),
+                Before::Durable(at, None) => Some(self.shared.read(at)?),
             };
             let number = staged.next;
             staged.next += 1;
@@ -520,11 +556,43 @@ impl EmbeddedMeta {
     }
 }
 
+/// What a change asks of its key before it is staged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ask {
+    /// Nothing: the key is not looked up (a put, a discard).
+    Nothing,
+    /// That it holds no value (`insert_new`).
+    Absent,
+    /// That it holds a value (`delete`).
+    Present,
+    /// That it holds a value, and what the value is (`take`).
+    Value,
+}
+
+impl Ask {
+    /// Whether a key that holds a value (`present`) or not may be changed.
+    fn holds(self, present: bool) -> bool {
+        match self {
+            Ask::Nothing => true,
+            Ask::Absent => !present,
+            Ask::Present | Ask::Value => present,
+        }
+    }
+}
+
+/// A durable key as a lookup outside the staging lock found it: how many batches the
+/// writer had applied before it looked, and the key's place with its value when it was
+/// asked for (`None`: the key had no value).
+struct Looked {
+    applied: u64,
+    found: Option<(FramePos, Option<Bytes>)>,
+}
+
 /// A key's value before a change: staged (`None`: deleted or absent), or durable at a
-/// place in the log.
+/// place in the log (with the value, when it has been read).
 enum Before {
     Staged(Option<Bytes>),
-    Durable(FramePos),
+    Durable(FramePos, Option<Bytes>),
 }
 
 impl Shared {
@@ -534,6 +602,24 @@ impl Shared {
             return Ok(Bytes::new());
         }
         self.segments.read(at).map(Bytes::from)
+    }
+
+    /// Looks `key` up in the durable keys as `ask` needs (not at all for
+    /// [`Ask::Nothing`]; its value too for [`Ask::Value`]), without the staging lock.
+    /// `None` when it did not look, or a read failed: the caller looks again under the
+    /// lock, where a failure changes nothing. (The log's frames do not move while the store
+    /// is open: it is compacted only at open.)
+    fn look(&self, key: &str, ask: Ask) -> Option<Looked> {
+        if ask == Ask::Nothing {
+            return None;
+        }
+        let applied = self.applied.load(Ordering::Acquire);
+        let found = match self.keys.read().place(&Key::of(key)).ok()? {
+            Some(at) if ask == Ask::Value => Some((at, Some(self.read(at).ok()?))),
+            Some(at) => Some((at, None)),
+            None => None,
+        };
+        Some(Looked { applied, found })
     }
 }
 
@@ -608,6 +694,7 @@ fn run(
                     staged.newest.remove(&c.key);
                 }
             }
+            shared.applied.fetch_add(1, Ordering::Release);
         }
         for c in batch.drain(..) {
             let answer = match &written {
@@ -669,14 +756,14 @@ impl Drop for EmbeddedMeta {
 #[async_trait]
 impl Meta for EmbeddedMeta {
     async fn put(&self, key: &str, value: Bytes) -> Result<(), StoreError> {
-        self.change(key, Some(value), false, true, None)
+        self.change(key, Some(value), Ask::Nothing, true)
             .await
             .map(|_| ())
     }
 
     async fn insert_new(&self, key: &str, value: Bytes) -> Result<bool, StoreError> {
         Ok(self
-            .change(key, Some(value), false, true, Some(|present| !present))
+            .change(key, Some(value), Ask::Absent, true)
             .await?
             .is_some())
     }
@@ -687,10 +774,7 @@ impl Meta for EmbeddedMeta {
     }
 
     async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        Ok(self
-            .change(key, None, false, true, Some(|present| present))
-            .await?
-            .is_some())
+        Ok(self.change(key, None, Ask::Present, true).await?.is_some())
     }
 
     async fn discard(&self, key: &str) -> Result<(), StoreError> {
@@ -698,16 +782,13 @@ impl Meta for EmbeddedMeta {
         // takes a cold key that a run's filter admits for one the run holds, as it does
         // when a delete found it there; a key discarded that was not there after all
         // costs a gone entry where a filter admits it falsely (one in a thousand).
-        self.change(key, None, false, true, None).await.map(|_| ())
+        self.change(key, None, Ask::Nothing, true).await.map(|_| ())
     }
 
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
         // Staged, not waited for: the trait's contract (durable with the caller's next
         // durable change, which the log orders after it).
-        Ok(self
-            .change(key, None, true, false, Some(|present| present))
-            .await?
-            .flatten())
+        Ok(self.change(key, None, Ask::Value, false).await?.flatten())
     }
 
     async fn scan_page(
@@ -1126,6 +1207,58 @@ mod tests {
         meta.put("seat/o", b("after")).await.expect("put");
         assert_eq!(meta.get("code/c").await.expect("get"), None);
         assert!(!meta.insert_new("game/g", b("again")).await.expect("insert"));
+    }
+
+    #[tokio::test]
+    async fn a_lookup_made_before_the_writer_applied_a_change_is_looked_up_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = EmbeddedMeta::open(dir.path()).expect("open");
+        meta.put("code/c", b("first")).await.expect("put");
+        // A taker looks the code up outside the staging lock; before it stages its take,
+        // another takes the code and it is put again, both applied by the writer.
+        let early = meta.shared.look("code/c", Ask::Value);
+        assert!(early.as_ref().is_some_and(|l| l.found.is_some()));
+        assert_eq!(meta.take("code/c").await.expect("take"), Some(b("first")));
+        meta.put("code/c", b("second")).await.expect("put");
+        let taken = meta
+            .stage("code/c", None, Ask::Value, early, true)
+            .await
+            .expect("take");
+        assert_eq!(taken, Some(Some(b("second"))), "not the value taken before");
+        // The same the other way: looked up while absent, put meanwhile.
+        let early = meta.shared.look("game/g", Ask::Absent);
+        assert!(early.as_ref().is_some_and(|l| l.found.is_none()));
+        meta.put("game/g", b("reserved")).await.expect("put");
+        let inserted = meta
+            .stage("game/g", Some(b("again")), Ask::Absent, early, true)
+            .await
+            .expect("insert");
+        assert_eq!(inserted, None, "a second reservation");
+        assert_eq!(meta.get("game/g").await.expect("get"), Some(b("reserved")));
+    }
+
+    #[tokio::test]
+    async fn a_lookup_made_while_the_writer_applied_nothing_is_used_as_it_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta = EmbeddedMeta::open(dir.path()).expect("open");
+        meta.put("code/c", b("durable")).await.expect("put");
+        let looked = meta.shared.look("code/c", Ask::Value).expect("look");
+        let Some((at, Some(value))) = looked.found else {
+            panic!("the code's value was not read");
+        };
+        assert_eq!(value, b("durable"));
+        // What the lookup read is what the take answers: the frame is not read again
+        // under the staging lock (a value the log does not hold shows it).
+        let early = Looked {
+            applied: looked.applied,
+            found: Some((at, Some(b("read early")))),
+        };
+        let taken = meta
+            .stage("code/c", None, Ask::Value, Some(early), true)
+            .await
+            .expect("take");
+        assert_eq!(taken, Some(Some(b("read early"))));
+        assert_eq!(meta.get("code/c").await.expect("get"), None);
     }
 
     #[tokio::test]
