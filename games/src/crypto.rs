@@ -38,14 +38,44 @@ pub fn to_hex(bytes: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// Decodes lowercase hex into `out`, filling it exactly: false (and `out` left
+/// unspecified) unless `hex` is `2 × out.len()` characters of `0-9a-f`. The `hex` crate's
+/// decoder goes char by char with a branch for each case and takes uppercase too, so a
+/// caller wanting the one spelling went over the text twice; this checks as it decodes,
+/// through the inverse of [`to_hex`]'s table. A store reads one hash per event back this
+/// way as it opens.
+pub fn from_lower_hex(hex: &str, out: &mut [u8]) -> bool {
+    /// Each byte's value as a lowercase hex digit, or 0xff.
+    const VALUES: [u8; 256] = {
+        let mut values = [0xff; 256];
+        let mut i = 0;
+        while i < 16 {
+            values[b"0123456789abcdef"[i] as usize] = i as u8;
+            i += 1;
+        }
+        values
+    };
+    let hex = hex.as_bytes();
+    if hex.len() != 2 * out.len() {
+        return false;
+    }
+    // A digit's value fits in four bits; 0xff does not, and the or of all keeps it.
+    let mut seen = 0u8;
+    for (pair, byte) in hex.chunks_exact(2).zip(out.iter_mut()) {
+        let (high, low) = (VALUES[usize::from(pair[0])], VALUES[usize::from(pair[1])]);
+        seen |= high | low;
+        *byte = high << 4 | low;
+    }
+    seen < 16
+}
+
 /// Decodes a public key from 64 lowercase hex characters, refusing keys that are not a
 /// curve point or whose point has small order.
 pub fn public_key(hex_key: &str) -> Option<VerifyingKey> {
-    if !crate::event::is_lower_hex(hex_key, 64) {
+    let mut bytes = [0u8; 32];
+    if !from_lower_hex(hex_key, &mut bytes) {
         return None;
     }
-    let mut bytes = [0u8; 32];
-    hex::decode_to_slice(hex_key, &mut bytes).ok()?;
     let key = VerifyingKey::from_bytes(&bytes).ok()?;
     (!key.is_weak()).then_some(key)
 }
@@ -109,6 +139,30 @@ mod tests {
     fn hex_matches_the_hex_crate() {
         let bytes: Vec<u8> = (0..=255).collect();
         assert_eq!(to_hex(&bytes), hex::encode(&bytes));
+    }
+
+    #[test]
+    fn lower_hex_decodes_what_to_hex_writes_and_nothing_else() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let mut out = vec![0u8; 256];
+        assert!(from_lower_hex(&to_hex(&bytes), &mut out));
+        assert_eq!(out, bytes);
+        let mut out = [0u8; 2];
+        for refused in ["ABCD", "abcD", "0xab", "abc", "abcde", "ab d", "ab\u{e9}"] {
+            assert!(!from_lower_hex(refused, &mut out), "{refused:?}");
+        }
+        // Every byte value in every place: exactly the sixteen digits decode.
+        for c in 0..=255u8 {
+            for at in 0..4 {
+                let mut text = *b"0a1b";
+                text[at] = c;
+                let Ok(text) = std::str::from_utf8(&text) else {
+                    continue;
+                };
+                let digit = c.is_ascii_digit() || (b'a'..=b'f').contains(&c);
+                assert_eq!(from_lower_hex(text, &mut out), digit, "{text:?}");
+            }
+        }
     }
 
     #[test]

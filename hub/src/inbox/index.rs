@@ -34,7 +34,7 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use games::Reason;
+use games::{crypto, Reason};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::log::FramePos;
@@ -76,10 +76,10 @@ impl Compact {
         match verdict {
             StoredVerdict::Accepted { hash } => {
                 let mut bytes = [0u8; 32];
-                let lowercase = !hash.bytes().any(|b| b.is_ascii_uppercase());
-                match hex::decode_to_slice(hash, &mut bytes) {
-                    Ok(()) if lowercase => Compact::Accepted(bytes),
-                    _ => Compact::AcceptedText(hash.as_str().into()),
+                if crypto::from_lower_hex(hash, &mut bytes) {
+                    Compact::Accepted(bytes)
+                } else {
+                    Compact::AcceptedText(hash.as_str().into())
                 }
             }
             StoredVerdict::Rejected { reason, detail } => {
@@ -92,7 +92,7 @@ impl Compact {
     pub fn unpack(&self) -> StoredVerdict {
         match self {
             Compact::Accepted(bytes) => StoredVerdict::Accepted {
-                hash: hex::encode(bytes),
+                hash: crypto::to_hex(bytes),
             },
             Compact::AcceptedText(hash) => StoredVerdict::Accepted {
                 hash: hash.to_string(),

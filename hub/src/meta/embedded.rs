@@ -145,11 +145,36 @@ impl Ord for Key {
         match (self, other) {
             (Key::Hashed(p, a), Key::Hashed(q, b)) => (p, a).cmp(&(q, b)),
             (Key::Text(a), Key::Text(b)) => a.cmp(b),
-            _ => {
-                let (mut a, mut b) = ([0u8; HASHED_LEN], [0u8; HASHED_LEN]);
-                self.text(&mut a).cmp(other.text(&mut b))
+            (Key::Hashed(p, _), Key::Text(text)) => {
+                hashed_against_text(*p, text).unwrap_or_else(|| self.spelled_cmp(other))
             }
+            (Key::Text(text), Key::Hashed(p, _)) => hashed_against_text(*p, text)
+                .map(Order::reverse)
+                .unwrap_or_else(|| self.spelled_cmp(other)),
         }
+    }
+}
+
+impl Key {
+    /// The order of the two keys' texts, spelled out.
+    fn spelled_cmp(&self, other: &Key) -> Order {
+        let (mut a, mut b) = ([0u8; HASHED_LEN], [0u8; HASHED_LEN]);
+        self.text(&mut a).cmp(other.text(&mut b))
+    }
+}
+
+/// How a hashed key with prefix number `place` orders against a text key, when its prefix
+/// alone says (`None`: the text starts with the prefix, and the digits must be spelled out).
+/// A map of both kinds compares them at every step of a search that crosses from one to
+/// the other, and the prefixes nearly always differ from the text key's start.
+fn hashed_against_text(place: u8, text: &str) -> Option<Order> {
+    let prefix = HASHED[usize::from(place) % HASHED.len()].as_bytes();
+    let text = text.as_bytes();
+    let shared = prefix.len().min(text.len());
+    match prefix[..shared].cmp(&text[..shared]) {
+        Order::Equal if text.len() < prefix.len() => Some(Order::Greater),
+        Order::Equal => None,
+        unequal => Some(unequal),
     }
 }
 
@@ -161,9 +186,8 @@ impl PartialOrd for Key {
 
 /// The 32 bytes that exactly 64 lowercase hex digits spell.
 fn lower_hex(hex: &str) -> Option<[u8; 32]> {
-    let lowercase = hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     let mut bytes = [0u8; 32];
-    (lowercase && hex.len() == 64 && hex::decode_to_slice(hex, &mut bytes).is_ok()).then_some(bytes)
+    games::crypto::from_lower_hex(hex, &mut bytes).then_some(bytes)
 }
 
 /// The embedded meta store. See the module documentation.
