@@ -875,6 +875,13 @@ mod tests {
             hashed(0, "code/"),
             hashed(0xab, "code/"),
             hashed(0xff, "code/"),
+            // Hashes that differ in their first byte, their eighth, ninth or last.
+            format!("code/{}", "00".repeat(7) + "ff" + &"00".repeat(24)),
+            format!("code/{}", "01".to_string() + &"00".repeat(31)),
+            format!("code/{}", "ab".repeat(8) + &"00".repeat(24)),
+            format!("code/{}", "ab".repeat(8) + "01" + &"00".repeat(23)),
+            format!("code/{}", "ab".repeat(31) + "00"),
+            format!("code/{}", "ab".repeat(31) + "ac"),
             format!("{}0", hashed(0xab, "code/")),
             "code/g".into(),
             "game/box/g1".into(),
