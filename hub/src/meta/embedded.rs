@@ -638,7 +638,10 @@ impl Shared {
             return None;
         }
         let applied = self.applied.load(Ordering::Acquire);
-        let found = match self.keys.read().place(&Key::of(key)).ok()? {
+        // The keys' read lock is let go before the value is read: a writer waiting for
+        // its write lock holds the staging lock meanwhile.
+        let place = self.keys.read().place(&Key::of(key)).ok()?;
+        let found = match place {
             Some(at) if ask == Ask::Value => Some((at, Some(self.read(at).ok()?))),
             Some(at) => Some((at, None)),
             None => None,
