@@ -28,7 +28,9 @@
 //!
 //! The log is compacted at open when it has grown well past the live data: the live
 //! entries are written to a fresh segment, synced, and the old segments removed oldest
-//! first, so a crash at any point replays to the same map.
+//! first, so a crash at any point replays to the same map. An open holds about as many
+//! keys in memory as the running store: cold keys go to their runs as they are replayed,
+//! and the compaction copies values through a small buffer.
 //!
 //! The keys of seats and registrations, three of every game ever seated and read by a
 //! running hub only for finished games, and those of pairing codes, dead a day before the
@@ -68,9 +70,10 @@ mod cold;
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
-/// Compact at open when the log is this much larger than the live data (and not tiny).
+/// Compact at open when the log is this much larger than the live data (and not tiny:
+/// 256 bytes in tests, so that their reopens compact logs holding cold keys too).
 const COMPACT_RATIO: u64 = 4;
-const COMPACT_MIN_BYTES: u64 = 1 << 20;
+const COMPACT_MIN_BYTES: u64 = if cfg!(test) { 256 } else { 1 << 20 };
 /// At most this many changes share one write and fsync.
 const MAX_BATCH: usize = 4096;
 
@@ -196,6 +199,9 @@ pub struct EmbeddedMeta {
     writer: Mutex<Option<JoinHandle<()>>>,
     /// The compactor's thread, and what wakes it (see [`compactor`]).
     compactor: Mutex<Option<(SyncSender<()>, JoinHandle<()>)>>,
+    /// The most keys memory held at once while the log was replayed at open, gone entries
+    /// included.
+    replay_peak: usize,
 }
 
 /// What callers and the writer share.
@@ -350,6 +356,51 @@ fn spill(keys: &RwLock<Keys>) -> bool {
     moved
 }
 
+/// What one key's entry takes in the log: its frame, with the key and the value.
+fn entry_bytes(key_len: usize, at: FramePos) -> u64 {
+    (log::HEADER + 5 + key_len) as u64 + u64::from(at.len)
+}
+
+/// Writes the live entries to a fresh segment, which becomes the first and only one
+/// (segment 0) once the older ones are removed, and moves every key's place to it; returns
+/// the bytes written. The cold keys' entries are written first and memory's last, so that
+/// memory's copy of a key it shares with a run is the one a replay keeps. They are written
+/// a megabyte at a time and synced once, before any old segment goes: a crash on the way
+/// replays to the same keys.
+fn compact_log(
+    keys: &mut Keys,
+    log: &mut SegmentLog,
+    segments: &log::Segments,
+) -> Result<u64, StoreError> {
+    const CHUNK: usize = 1 << 20;
+    log.roll()?;
+    let (_, start) = log.reserve(0)?;
+    let mut base = start;
+    let mut buf = Vec::with_capacity(CHUNK + 4096);
+    let mut spelled = [0u8; HASHED_LEN];
+    let mut copy = |key: &Key, at: FramePos, buf: &mut Vec<u8>| -> Result<FramePos, StoreError> {
+        let value = segments.read(at)?;
+        let text = std::str::from_utf8(key.text(&mut spelled))
+            .map_err(|_| StoreError::Corrupt("a meta key is not UTF-8".into()))?;
+        let moved = encode(buf, PUT, text, &value, (0, base));
+        if buf.len() >= CHUNK {
+            log.write_batch(buf, false)?;
+            base += buf.len() as u64;
+            buf.clear();
+        }
+        Ok(moved)
+    };
+    keys.cold.rewrite(|key, at| copy(key, at, &mut buf))?;
+    for (key, at) in keys.map.iter_mut() {
+        *at = copy(key, *at, &mut buf)?;
+    }
+    log.write_batch(&buf, false)?;
+    base += buf.len() as u64;
+    log.sync()?;
+    log.drop_older_segments()?;
+    Ok(base - start)
+}
+
 /// Replays one change read from the log at `frame`.
 fn apply(keys: &mut Keys, frame: FramePos, payload: &[u8]) -> Result<(), StoreError> {
     let damaged = || StoreError::Corrupt("a meta entry cannot be read".into());
@@ -396,46 +447,59 @@ impl EmbeddedMeta {
         pacing: log::Pacing,
         cold_keys: usize,
     ) -> Result<EmbeddedMeta, StoreError> {
-        let mut keys = Keys {
+        let mut keys = RwLock::new(Keys {
             map: BTreeMap::new(),
             spillable: [0; CLASSES],
             spill_at: cold_keys,
             cold: Cold::create(dir),
-        };
+        });
+        // Keys go cold as they are replayed, so that memory holds about as many as it does
+        // while the store runs, not every live key at once (see `cold::bound_gone`).
+        let mut replay_peak = 0;
         let (mut log, replayed) = SegmentLog::open(dir, "meta", u64::MAX, |frame, payload| {
-            apply(&mut keys, frame, payload)
+            let now = keys.get_mut();
+            apply(now, frame, payload)?;
+            let due = now.spill_at > 0 && now.spillable.iter().any(|n| *n >= now.spill_at);
+            let gone = now.cold.gone();
+            replay_peak = replay_peak.max(now.map.len() + gone);
+            if due {
+                spill(&keys);
+            }
+            if gone > cold_keys {
+                cold::bound_gone(&keys, cold_keys)?;
+            }
+            Ok(())
         })?;
-        let map = &mut keys.map;
-        let live: u64 = map
-            .iter()
-            .map(|(k, v)| (log::HEADER + 5 + k.len()) as u64 + u64::from(v.len))
-            .sum();
         let segments = log.segments();
-        if replayed.bytes > COMPACT_MIN_BYTES && replayed.bytes > COMPACT_RATIO * live {
-            // The live entries go to a fresh segment, which becomes the first and only one
-            // (segment 0) once the older ones are removed.
-            log.roll()?;
-            let (_, base) = log.reserve(0)?;
-            let mut buf = Vec::new();
-            let mut moved = Vec::with_capacity(map.len());
-            for (key, at) in map.iter() {
-                let value = segments.read(*at)?;
-                moved.push(encode(&mut buf, PUT, &key.to_text(), &value, (0, base)));
-            }
-            log.write_batch(&buf, true)?;
-            log.drop_older_segments()?;
-            for (at, moved) in map.values_mut().zip(moved) {
-                *at = moved;
-            }
-            tracing::info!(from = replayed.bytes, to = buf.len(), "meta log compacted");
+        // The replay's runs, merged into one a class, hold each cold key once and no other:
+        // the live data is memory's entries and theirs. A failed merge leaves the runs as
+        // they were (they still answer), and the log as it is.
+        let merged = cold::merge_replayed(&keys);
+        if let Err(e) = &merged {
+            tracing::warn!(error = %e, "cannot merge the meta cache's runs; the meta log is not compacted at this open");
         }
-        let mut keys = RwLock::new(keys);
-        if spill(&keys) {
-            // The keys left are a few among many freed: built again, their map's nodes are
-            // packed and the old ones all go back to the allocator.
-            let keys = keys.get_mut();
-            keys.map = std::mem::take(&mut keys.map).into_iter().collect();
+        let now = keys.get_mut();
+        let live = now.cold.bytes()
+            + now
+                .map
+                .iter()
+                .map(|(k, at)| entry_bytes(k.len(), *at))
+                .sum::<u64>();
+        if merged.is_ok()
+            && replayed.bytes > COMPACT_MIN_BYTES
+            && replayed.bytes > COMPACT_RATIO * live
+        {
+            let written = compact_log(now, &mut log, &segments)?;
+            tracing::info!(from = replayed.bytes, to = written, "meta log compacted");
         }
+        tracing::info!(
+            log_bytes = replayed.bytes,
+            live_bytes = live,
+            in_memory = now.map.len(),
+            cold = now.cold.keys(),
+            replay_peak,
+            "meta store opened"
+        );
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             keys,
@@ -466,6 +530,7 @@ impl EmbeddedMeta {
             shared,
             writer: Mutex::new(Some(writer)),
             compactor: Mutex::new(Some((nudge, compactor))),
+            replay_peak,
         })
     }
 
@@ -485,6 +550,12 @@ impl EmbeddedMeta {
     /// since, or gone).
     pub fn cold_keys(&self) -> u64 {
         self.shared.keys.read().cold.keys()
+    }
+
+    /// The most keys memory held at once while the log was replayed at open (a store
+    /// that keeps every key in memory held all its live keys).
+    pub fn replay_peak(&self) -> usize {
+        self.replay_peak
     }
 
     /// Fsyncs so far (each made a batch of changes durable).
@@ -1182,6 +1253,113 @@ mod tests {
             meta.scan("code/").await.expect("scan"),
             vec![(codes[3].clone(), b("again"))]
         );
+    }
+
+    /// A store whose keys all stayed in memory as it ran (`cold_keys` 0), reopened with
+    /// keys going cold: they go as they are replayed, and deletions replayed after keys
+    /// went cold are merged out before they gather, so memory never holds what it did.
+    #[tokio::test]
+    async fn a_replay_spills_as_it_goes_and_keeps_few_deletions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let seats: Vec<String> = (0..40u8).map(|n| hashed(n, "seat/")).collect();
+        let codes: Vec<String> = (0..40u8).map(|n| hashed(n, "code/")).collect();
+        {
+            let meta = EmbeddedMeta::open_with(dir.path(), PACING, 0).expect("open");
+            for (i, (seat, code)) in seats.iter().zip(&codes).enumerate() {
+                meta.put(seat, b(&format!("s{i}"))).await.expect("put");
+                meta.put(&format!("game/box/g{i:02}"), b("reg"))
+                    .await
+                    .expect("put");
+                meta.put(code, b(&format!("c{i}"))).await.expect("put");
+            }
+            meta.put("open/box", b("mark")).await.expect("put");
+            // The purge, long after: most codes go.
+            for code in &codes[..36] {
+                assert!(meta.delete(code).await.expect("delete"));
+            }
+            meta.put(&seats[5], b("again")).await.expect("put");
+            assert_eq!(meta.replay_peak(), 0);
+        }
+        let meta = EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("reopen");
+        // 121 keys were live at once as the store ran.
+        assert!(meta.replay_peak() <= 16, "{} at once", meta.replay_peak());
+        {
+            let keys = meta.shared.keys.read();
+            assert!(keys.cold.runs() <= 2, "{} runs", keys.cold.runs());
+            assert!(keys.map.len() <= 2 * 4 + 1, "{} in memory", keys.map.len());
+        }
+        for (i, seat) in seats.iter().enumerate() {
+            let expected = if i == 5 {
+                b("again")
+            } else {
+                b(&format!("s{i}"))
+            };
+            assert_eq!(meta.get(seat).await.expect("get"), Some(expected));
+        }
+        for (i, code) in codes.iter().enumerate() {
+            let expected = (i >= 36).then(|| b(&format!("c{i}")));
+            assert_eq!(meta.get(code).await.expect("get"), expected, "{code}");
+        }
+        assert_eq!(meta.scan("game/").await.expect("scan").len(), 40);
+        assert_eq!(meta.scan("").await.expect("scan").len(), 40 + 40 + 4 + 1);
+    }
+
+    /// A log compacted at open holds every live key once, the cold ones too, with their
+    /// newest values: a key deleted after it went cold stays deleted, and one written again
+    /// keeps its newest value, through the compaction and the reopen after it.
+    #[tokio::test]
+    async fn a_log_compacted_at_open_keeps_cold_keys_as_they_were() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let seats: Vec<String> = (0..24u8).map(|n| hashed(n, "seat/")).collect();
+        let log_bytes = |dir: &Path| -> u64 {
+            std::fs::read_dir(dir)
+                .expect("dir")
+                .map(|e| e.expect("entry"))
+                .filter(|e| e.file_name().to_string_lossy().starts_with("meta-"))
+                .map(|e| e.metadata().expect("metadata").len())
+                .sum()
+        };
+        {
+            let meta = EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("open");
+            for round in 0..8 {
+                for (i, seat) in seats.iter().enumerate() {
+                    let value = format!("{round}:{i}:{}", "x".repeat(100));
+                    meta.put(seat, b(&value)).await.expect("put");
+                }
+            }
+            for seat in &seats[..6] {
+                assert!(meta.delete(seat).await.expect("delete"));
+            }
+            meta.put(&seats[0], b("back")).await.expect("put");
+            meta.put("other", b("kept")).await.expect("put");
+        }
+        let before = log_bytes(dir.path());
+        async fn check(meta: EmbeddedMeta, seats: &[String]) {
+            assert_eq!(meta.get(&seats[0]).await.expect("get"), Some(b("back")));
+            for seat in &seats[1..6] {
+                assert_eq!(meta.get(seat).await.expect("get"), None, "{seat}");
+            }
+            for (i, seat) in seats.iter().enumerate().skip(6) {
+                let value = format!("7:{i}:{}", "x".repeat(100));
+                assert_eq!(meta.get(seat).await.expect("get"), Some(b(&value)));
+            }
+            assert_eq!(meta.get("other").await.expect("get"), Some(b("kept")));
+            assert_eq!(meta.scan("").await.expect("scan").len(), 18 + 1 + 1);
+        }
+        check(
+            EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("reopen"),
+            &seats,
+        )
+        .await;
+        let after = log_bytes(dir.path());
+        assert!(after * 4 < before, "{before} bytes of log, {after} after");
+        // Replayed from the compacted log alone, with nothing going cold this time.
+        check(
+            EmbeddedMeta::open_with(dir.path(), PACING, 0).expect("reopen compacted"),
+            &seats,
+        )
+        .await;
+        assert_eq!(log_bytes(dir.path()), after);
     }
 
     #[tokio::test]

@@ -23,7 +23,9 @@
 //! deletes leave memory too. A gone key is forgotten once no run of its class admits it.
 //!
 //! Like the inbox's index cache, the files are never synced and have no recovery: they are
-//! made again from the log at every open and go when the store closes. After a failed
+//! made again from the log at every open (spilled as it is replayed, then merged into one
+//! run a class: see [`bound_gone`] and [`merge_replayed`]) and go when the store closes.
+//! After a failed
 //! spill every key stays in memory; a failed compaction leaves the runs as they were; a
 //! failed read is an error the caller gets (a 503), never a key reported missing.
 
@@ -38,7 +40,7 @@ use std::sync::Arc;
 use fastbloom::BloomFilter;
 use parking_lot::RwLock;
 
-use super::{Key, Keys, HASHED, HASHED_LEN};
+use super::{entry_bytes, Key, Keys, HASHED, HASHED_LEN};
 use crate::inbox::log::FramePos;
 use crate::inbox::StoreError;
 
@@ -115,6 +117,8 @@ pub(super) struct Run {
     blocks: Blocks,
     bloom: BloomFilter,
     keys: u64,
+    /// What its keys' entries take in the log: frames of keys and values.
+    bytes: u64,
 }
 
 /// Where a run's blocks lie (they follow each other from the file's start), with the first
@@ -199,6 +203,7 @@ pub(super) struct RunWriter {
     blocks: Blocks,
     bloom: BloomFilter,
     keys: u64,
+    bytes: u64,
 }
 
 impl RunWriter {
@@ -212,6 +217,7 @@ impl RunWriter {
             blocks: Blocks::default(),
             bloom: BloomFilter::with_false_pos(0.001).expected_items(expected.max(1)),
             keys: 0,
+            bytes: 0,
         })
     }
 
@@ -239,6 +245,7 @@ impl RunWriter {
         self.buf.extend_from_slice(&at.len.to_le_bytes());
         self.bloom.insert(key);
         self.keys += 1;
+        self.bytes += entry_bytes(spelled.len(), at);
         Ok(())
     }
 
@@ -256,6 +263,7 @@ impl RunWriter {
             blocks: self.blocks,
             bloom: self.bloom,
             keys: self.keys,
+            bytes: self.bytes,
         }))
     }
 }
@@ -289,7 +297,7 @@ impl Cold {
         self.tiers.iter().map(|tier| tier.runs.len()).sum()
     }
 
-    #[cfg(test)]
+    /// How many keys are gone from the runs (deleted while a run may hold them).
     pub(super) fn gone(&self) -> usize {
         self.tiers.iter().map(|tier| tier.gone.len()).sum()
     }
@@ -432,6 +440,45 @@ impl Cold {
         Ok(found)
     }
 
+    /// What the runs' entries take in the log (stale ones too: see [`merge_replayed`]).
+    pub(super) fn bytes(&self) -> u64 {
+        self.tiers
+            .iter()
+            .flat_map(|tier| &tier.runs)
+            .map(|listed| listed.run.bytes)
+            .sum()
+    }
+
+    /// Writes every run again with its keys' new places, as an open compacts the log:
+    /// `moved` writes a key's value again, given where it lies now, and says where it lies
+    /// then. Gone keys are left out, and so forgotten. Keys memory holds are not: the
+    /// caller writes memory's entries after these, so that a replay ends with them.
+    pub(super) fn rewrite(
+        &mut self,
+        mut moved: impl FnMut(&Key, FramePos) -> Result<FramePos, StoreError>,
+    ) -> Result<(), StoreError> {
+        let dir = &self.dir;
+        for tier in &mut self.tiers {
+            let mut fresh = Vec::with_capacity(tier.runs.len());
+            for listed in &tier.runs {
+                let mut writer = RunWriter::new(dir, listed.run.keys as usize)?;
+                let mut cursor = Cursor::at(&listed.run, 0, FLUSH);
+                while let Some((key, at)) = cursor.pop()? {
+                    if tier.gone.is_empty() || !tier.gone.contains(&key) {
+                        writer.push(&key, moved(&key, at)?)?;
+                    }
+                }
+                fresh.extend(writer.finish()?.map(|run| Listed {
+                    run: Arc::new(run),
+                    gone: 0,
+                }));
+            }
+            tier.runs = fresh;
+            tier.gone.clear();
+        }
+        Ok(())
+    }
+
     /// The next compaction worth doing, if any, as (class, first run, how many runs): a run
     /// of which a sixteenth is gone, written again alone; else the newest two neighbours of
     /// a class of which the older holds less than twice the newer's keys, merged.
@@ -466,6 +513,44 @@ impl Cold {
     }
 }
 
+/// Keeps the gone entries of an open's replay few: the replay spills a run every
+/// [`super::COLD_KEYS`] keys of a class, and each deletion it replays of a key already
+/// spilled is a gone entry in memory. Once a class has more than `at_least` of them, and
+/// at least one for every eight keys its runs hold, its runs are merged into one without
+/// them. So memory keeps at most about an eighth as many gone entries as there are cold
+/// keys, and a merge rewrites the class's keys once for every eighth of them deleted.
+pub(super) fn bound_gone(keys: &RwLock<Keys>, at_least: usize) -> Result<(), StoreError> {
+    for class in 0..CLASSES {
+        let runs = {
+            let keys = keys.read();
+            let tier = &keys.cold.tiers[class];
+            let held: u64 = tier.runs.iter().map(|listed| listed.run.keys).sum();
+            let gone = tier.gone.len();
+            if gone <= at_least || (gone as u64) * 8 < held {
+                continue;
+            }
+            tier.runs.len()
+        };
+        merge(keys, &AtomicBool::new(false), (class, 0, runs))?;
+    }
+    Ok(())
+}
+
+/// Merges each class's runs into one once an open's replay is done. The replay spilled
+/// one every [`super::COLD_KEYS`] keys, and the compactor's policy would merge so many runs
+/// of one size pairwise, writing the growing run again at every step. The merge leaves
+/// out gone keys and keys memory holds, so that afterwards the runs hold every cold key
+/// once and only those: what [`Cold::bytes`] counts and [`Cold::rewrite`] relies on.
+pub(super) fn merge_replayed(keys: &RwLock<Keys>) -> Result<(), StoreError> {
+    for class in 0..CLASSES {
+        let runs = keys.read().cold.tiers[class].runs.len();
+        if runs > 0 {
+            merge(keys, &AtomicBool::new(false), (class, 0, runs))?;
+        }
+    }
+    Ok(())
+}
+
 /// Neighbouring runs of one class to be made into one.
 struct Job {
     class: usize,
@@ -485,12 +570,25 @@ struct Job {
 /// time (the caller sees to it); spills meanwhile only add newer runs, and deletions
 /// meanwhile are gone entries that shadow the new run as they did the old ones.
 pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, StoreError> {
+    let plan = keys.read().cold.plan();
+    match plan {
+        Some(plan) => merge(keys, stop, plan),
+        None => Ok(false),
+    }
+}
+
+/// Merges `count` neighbouring runs of `class` from its `first` into one, as [`compact`]
+/// describes; false when `stop` was set meanwhile.
+fn merge(
+    keys: &RwLock<Keys>,
+    stop: &AtomicBool,
+    (class, first, count): (usize, usize, usize),
+) -> Result<bool, StoreError> {
     let (job, dir) = {
         let keys = keys.read();
-        let Some((class, first, count)) = keys.cold.plan() else {
+        let Some(listed) = keys.cold.tiers[class].runs.get(first..first + count) else {
             return Ok(false);
         };
-        let listed = &keys.cold.tiers[class].runs[first..first + count];
         let job = Job {
             class,
             first,
