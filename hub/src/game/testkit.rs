@@ -17,6 +17,8 @@ use crate::meta::Meta;
 pub struct MemInbox {
     /// While true, shard readers see nothing new (a consumer that fell behind).
     paused: std::sync::atomic::AtomicBool,
+    /// While true, appends fail and the store says it cannot take writes (a full disk).
+    failing: std::sync::atomic::AtomicBool,
     shards: Vec<Mutex<Vec<Record>>>,
     marks: Vec<watch::Sender<u64>>,
     verdicts: Mutex<HashMap<Capture, StoredVerdict>>,
@@ -26,6 +28,7 @@ impl MemInbox {
     pub fn new(shards: u32) -> Arc<MemInbox> {
         Arc::new(MemInbox {
             paused: std::sync::atomic::AtomicBool::new(false),
+            failing: std::sync::atomic::AtomicBool::new(false),
             shards: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
             marks: (0..shards).map(|_| watch::channel(0).0).collect(),
             verdicts: Mutex::new(HashMap::new()),
@@ -41,6 +44,16 @@ impl MemInbox {
                 mark.send_modify(|_| {});
             }
         }
+    }
+
+    /// Makes appends fail (or work again), as a store that cannot take writes.
+    pub fn fail_writes(&self, failing: bool) {
+        self.failing
+            .store(failing, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn failing(&self) -> bool {
+        self.failing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn all(&self) -> Vec<Record> {
@@ -63,6 +76,9 @@ impl Inbox for MemInbox {
         seat: Option<Seat>,
         raw: Bytes,
     ) -> Result<Capture, StoreError> {
+        if self.failing() {
+            return Err(StoreError::Unavailable("writes fail".into()));
+        }
         let shard = self.shard_of(inbox, game);
         let capture = {
             let mut records = self.shards[shard as usize].lock();
@@ -206,7 +222,7 @@ impl Inbox for MemInbox {
     }
 
     fn ready(&self) -> bool {
-        true
+        !self.failing()
     }
 }
 

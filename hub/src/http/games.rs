@@ -92,7 +92,8 @@ pub async fn list_games(
               (status = 400, description = "malformed body", body = ErrorBody),
               (status = 409, description = "too many open games", body = ErrorBody),
               (status = 422, description = "bad rules or unknown protocol", body = ErrorBody),
-              (status = 429, description = "rate limited", body = ErrorBody)))]
+              (status = 429, description = "rate limited", body = ErrorBody),
+              (status = 503, description = "the store cannot take writes", body = ErrorBody)))]
 pub async fn create_game(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -123,7 +124,8 @@ pub async fn create_game(
     responses((status = 200, description = "`{inbox, game, seat: O, token}`", body = Object),
               (status = 404, description = "unknown code", body = ErrorBody),
               (status = 410, description = "code_used or code_expired", body = ErrorBody),
-              (status = 429, description = "too many failed attempts from this address", body = ErrorBody)))]
+              (status = 429, description = "too many failed attempts from this address", body = ErrorBody),
+              (status = 503, description = "the store cannot take writes", body = ErrorBody)))]
 pub async fn pair(
     state: web::Data<AppState>,
     req: HttpRequest,

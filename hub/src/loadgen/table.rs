@@ -39,7 +39,8 @@ const STALL: Duration = Duration::from_secs(5);
 const MAX_STALLS: u32 = 3;
 /// Time limit on opening one socket.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause after a refusal by the rate limiter (the relay sends no Retry-After).
+/// Pause after a refusal by the rate limiter (the relay sends no Retry-After), or by a hub
+/// whose store cannot take writes (which a move sent at once would only meet again).
 const RATE_LIMIT_PAUSE: Duration = Duration::from_secs(1);
 /// Each socket's read buffer. The library zeroes the whole buffer before every read: its
 /// default (128 KiB) cost this client a quarter of its CPU (and 128 KiB of memory per
@@ -392,8 +393,18 @@ async fn play(
                 if pending.as_ref().is_some_and(|p| p.mover == idx) {
                     pending = None;
                 }
-                if msg.error.as_deref() == Some("rate_limited") {
-                    Stats::count(&stats.rate_limited);
+                let pause = match msg.error.as_deref() {
+                    Some("rate_limited") => {
+                        Stats::count(&stats.rate_limited);
+                        true
+                    }
+                    Some("unavailable") => {
+                        stats.error(|| "the hub's store cannot take writes (unavailable)".into());
+                        true
+                    }
+                    _ => false,
+                };
+                if pause {
                     sleep_until(deadline.min(Instant::now() + RATE_LIMIT_PAUSE)).await;
                     last_activity = Instant::now();
                     stall.as_mut().reset(last_activity + STALL);

@@ -152,6 +152,18 @@ impl Hub {
         self.engine.inbox.ready() && self.engine.meta.ready()
     }
 
+    /// Refuses (503) to seat anyone while the inbox cannot take writes (a full disk, a
+    /// failed fsync, Redis gone): the meta store may still take the seat, but the game
+    /// could not start, and a pairing code spent on it would be lost.
+    fn inbox_writable(&self) -> Result<(), HubError> {
+        match self.engine.inbox.ready() {
+            true => Ok(()),
+            false => Err(HubError::Unavailable(
+                "the store cannot take writes: no game can start now".into(),
+            )),
+        }
+    }
+
     /// How many game actors are resident (for tests and operators).
     pub fn resident_actors(&self) -> usize {
         self.engine.resident()
@@ -294,6 +306,7 @@ impl Hub {
         req: CreateGame,
         person: &str,
     ) -> Result<Created, HubError> {
+        self.inbox_writable()?;
         let config = &self.engine.config;
         if let Some(max) = config.max_open_games {
             let open = if self.clustered() {
@@ -372,6 +385,7 @@ impl Hub {
             // Checked before the code is spent, so a typo in the key does not burn it.
             check_key(k)?;
         }
+        self.inbox_writable()?;
         let secret = self.engine.config.secret.clone();
         let (token, reg) = self
             .engine

@@ -270,6 +270,40 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
         .expect("the live code still pairs");
 }
 
+/// While the inbox cannot take writes, no game is created and no code is spent: a game
+/// seated then could never start. Once it can again, the code made before still pairs.
+#[actix_rt::test]
+async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
+    let inbox = MemInbox::new(4);
+    let f = open_on(inbox.clone(), Arc::new(MemMeta::default()), config()).await;
+    let req = || CreateGame {
+        protocol: None,
+        rules: None,
+        signed: true,
+        key: None,
+    };
+    let a = f.hub.create_game(INBOX, req(), "p").await.expect("created");
+    inbox.fail_writes(true);
+    assert!(!f.hub.ready());
+    let refused = f.hub.create_game(INBOX, req(), "p").await.err();
+    assert_eq!(refused.as_ref().map(HubError::status), Some(503));
+    assert_eq!(
+        pair_error(&f.hub, &a.pairing_code).await,
+        Some("unavailable")
+    );
+    inbox.fail_writes(false);
+    f.hub
+        .pair(&a.pairing_code, None)
+        .await
+        .expect("the code was not spent");
+    let s = f
+        .hub
+        .state(INBOX, &a.game, Viewer::Seat(Seat::X))
+        .await
+        .expect("state");
+    assert_eq!(s.phase, Phase::Started);
+}
+
 /// The reason a pairing attempt with `code` is refused, `None` when it pairs.
 async fn pair_error(hub: &Hub, code: &str) -> Option<&'static str> {
     hub.pair(code, None).await.err().map(|e| e.code())
