@@ -1,0 +1,216 @@
+//! Tests of seats and pairing codes: codes and tokens, registrations shared and stored in
+//! full, reserved ids, the purge of dead codes, and dates.
+
+use super::*;
+
+#[test]
+fn codes_are_eight_crockford_characters() {
+    for _ in 0..100 {
+        let code = random_base32(8);
+        assert_eq!(code.len(), 8);
+        assert_eq!(normalize_code(&code).as_deref(), Some(code.as_str()));
+    }
+}
+
+#[test]
+fn codes_normalize_as_crockford_reads_them() {
+    assert_eq!(normalize_code("abcd-efgh").as_deref(), Some("ABCDEFGH"));
+    assert_eq!(normalize_code("o1l0i000").as_deref(), Some("01101000"));
+    assert_eq!(normalize_code("ABCDEFG"), None);
+    assert_eq!(normalize_code("ABCDEFGHJ"), None);
+    assert_eq!(normalize_code("ABCDEFGU"), None);
+    assert_eq!(normalize_code("ABCDEFGé"), None);
+}
+
+#[test]
+fn tokens_carry_256_bits() {
+    let a = new_token();
+    assert_eq!(a.len(), 64);
+    assert_ne!(a, new_token());
+}
+
+fn registration(game: &str, rules: Value) -> Registration {
+    Registration {
+        inbox: "lobby".into(),
+        game: game.into(),
+        protocol: "pipehub:connect-four".into(),
+        protocol_id: "0".repeat(64).into(),
+        rules: Arc::new(rules.as_object().cloned().expect("an object")),
+        signed: false,
+        key_x: None,
+        key_o: None,
+        agent_x: false,
+        agent_o: false,
+        paired: false,
+        host: "host".into(),
+        created_ms: 0,
+        code_hash: None,
+    }
+}
+
+#[actix_rt::test]
+async fn a_refreshed_inbox_caches_its_open_games_only() {
+    // Two nodes on one store: games created and closed on one are listed by the other
+    // while open, and leave its cache once closed; another inbox's stay out.
+    let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
+    let creator = Seats::load(meta.clone(), true).await.expect("load");
+    let lister = Seats::load(meta.clone(), true).await.expect("load");
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    for game in ["g1", "g2", "g3"] {
+        creator
+            .create(registration(game, rules.clone()), 60_000)
+            .await
+            .expect("create");
+    }
+    let mut elsewhere = registration("g4", rules.clone());
+    elsewhere.inbox = "other".into();
+    creator.create(elsewhere, 60_000).await.expect("create");
+    let listed = |seats: &Seats| {
+        let mut games: Vec<String> = seats
+            .registrations("lobby")
+            .iter()
+            .map(|r| r.game.clone())
+            .collect();
+        games.sort();
+        games
+    };
+    lister.refresh_inbox("lobby").await.expect("refresh");
+    assert_eq!(listed(&lister), ["g1", "g2", "g3"]);
+    assert!(lister.registration("other", "g4").is_none());
+    let finished = creator.registration("lobby", "g2").expect("g2");
+    creator.close(&finished).await.expect("close");
+    lister.refresh_inbox("lobby").await.expect("refresh");
+    assert_eq!(
+        listed(&lister),
+        ["g1", "g3"],
+        "a closed game leaves the cache"
+    );
+}
+
+#[actix_rt::test]
+async fn registrations_share_what_they_have_in_common_and_store_it_in_full() {
+    let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
+    let seats = Seats::load(meta.clone(), false).await.expect("load");
+    let defaults = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    for (game, rules) in [
+        ("g1", defaults.clone()),
+        ("g2", defaults.clone()),
+        (
+            "g3",
+            serde_json::json!({"rows": 5, "cols": 7, "winLength": 4}),
+        ),
+    ] {
+        seats
+            .create(registration(game, rules), 60_000)
+            .await
+            .expect("create");
+    }
+    let shared = |seats: &Seats| {
+        let [a, b, c] = ["g1", "g2", "g3"].map(|g| seats.registration("lobby", g).expect(g));
+        assert!(Arc::ptr_eq(&a.rules, &b.rules), "equal rules are one copy");
+        assert!(!Arc::ptr_eq(&a.rules, &c.rules));
+        assert_eq!(
+            *c.rules,
+            *registration(
+                "g3",
+                serde_json::json!({"rows": 5, "cols": 7, "winLength": 4})
+            )
+            .rules
+        );
+        assert!(Arc::ptr_eq(&a.protocol_id, &c.protocol_id));
+        assert!(Arc::ptr_eq(&a.protocol, &b.protocol));
+    };
+    shared(&seats);
+    // The store holds each registration whole, and a restart shares again.
+    let stored = meta
+        .get("game/lobby/g2")
+        .await
+        .expect("get")
+        .expect("stored");
+    let stored: Registration = serde_json::from_slice(&stored).expect("a registration");
+    assert_eq!(*stored.rules, *registration("g2", defaults).rules);
+    assert_eq!(&*stored.protocol, "pipehub:connect-four");
+    shared(&Seats::load(meta, false).await.expect("reload"));
+}
+
+#[actix_rt::test]
+async fn a_reserved_id_is_refused_and_leaves_no_seat_or_code_behind() {
+    let meta: Arc<dyn Meta> = Arc::new(crate::game::testkit::MemMeta::default());
+    let seats = Seats::load(meta.clone(), false).await.expect("load");
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    let (token, code, _) = seats
+        .create(registration("g1", rules.clone()), 60_000)
+        .await
+        .expect("create");
+    let again = seats.create(registration("g1", rules), 60_000).await;
+    assert!(matches!(again, Err(HubError::Unavailable(_))), "{again:?}");
+    let count = |prefix: &'static str| {
+        let meta = meta.clone();
+        async move { meta.scan(prefix).await.expect("scan").len() }
+    };
+    assert_eq!((count("seat/").await, count("code/").await), (1, 1));
+    assert_eq!(seats.token_count(), 1);
+    assert_eq!(seats.open_games("host"), 1);
+    // The first game is untouched: its token and code still work.
+    assert!(seats.seat_for_token(&token).is_some());
+    let hash = crypto::sha256_hex(code.as_bytes());
+    let reg = seats.registration("lobby", "g1").expect("registered");
+    assert_eq!(reg.code_hash.as_deref(), Some(hash.as_str()));
+    let (_, paired) = seats
+        .pair(&code, |_| Ok((None, false)))
+        .await
+        .expect("pair");
+    assert!(paired.paired);
+    assert_eq!(count("seat/").await, 2);
+}
+
+#[actix_rt::test]
+async fn a_purge_deletes_exactly_the_codes_dead_long_enough_across_many_pages() {
+    // The embedded store, whose writer commits a page's deletes together.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let meta: Arc<dyn Meta> = Arc::new(crate::meta::EmbeddedMeta::open(dir.path()).expect("open"));
+    let (now, keep) = (1_000_000, 1_000);
+    let mut kept = Vec::new();
+    for i in 0..41u64 {
+        // Every third code died long enough ago; the others too recently, or live.
+        let dead_since = if i % 3 == 0 {
+            now - keep - 1
+        } else {
+            now - keep + i
+        };
+        let key = code_key(&format!("{i:064x}"));
+        let rec = CodeRecord {
+            inbox: "lobby".into(),
+            game: format!("g{i}"),
+            expires_ms: dead_since,
+            used: i % 2 == 0,
+        };
+        meta.put(&key, json_bytes(&rec).expect("json"))
+            .await
+            .expect("put");
+        if i % 3 != 0 {
+            kept.push(key);
+        }
+    }
+    meta.put("code/not-json", Bytes::from_static(b"{"))
+        .await
+        .expect("put");
+    let seats = Seats::load(meta.clone(), false).await.expect("load");
+    assert_eq!(seats.purge_codes(now, keep).await.expect("purge"), 14 + 1);
+    let left: Vec<String> = meta
+        .scan("code/")
+        .await
+        .expect("scan")
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    assert_eq!(left, kept);
+    assert_eq!(seats.purge_codes(now, keep).await.expect("purge"), 0);
+}
+
+#[test]
+fn rfc3339_matches_known_instants() {
+    assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+    assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20Z");
+}
