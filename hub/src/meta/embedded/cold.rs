@@ -41,7 +41,8 @@ use std::sync::Arc;
 use fastbloom::BloomFilter;
 use parking_lot::RwLock;
 
-use super::{entry_bytes, Key, Keys, HASHED, HASHED_LEN};
+use super::key::{Key, HASHED, HASHED_LEN};
+use super::{entry_bytes, Keys};
 use crate::inbox::log::FramePos;
 use crate::inbox::StoreError;
 
