@@ -213,12 +213,17 @@ impl Keys {
 /// that the write lock is held only to swap them: taking 65,536 keys out of the map in
 /// place held it for about 4 ms, and every reader and change of the store waited.
 fn spill(keys: &RwLock<Keys>) -> bool {
+    spill_when(keys, |keys, c| keys.spillable[c] >= keys.spill_at)
+}
+
+/// [`spill`] for each class for which `due` holds (and that has keys in memory).
+fn spill_when(keys: &RwLock<Keys>, due: impl Fn(&Keys, usize) -> bool) -> bool {
     let mut moved = false;
     for c in 0..CLASSES {
         let (written, rest) = {
             let keys = keys.read();
             let count = keys.spillable[c];
-            if keys.spill_at == 0 || count < keys.spill_at || !keys.cold.spilling() {
+            if keys.spill_at == 0 || count == 0 || !due(&keys, c) || !keys.cold.spilling() {
                 continue;
             }
             let cold = keys.map.iter().filter(|(key, _)| class(key) == Some(c));
@@ -365,6 +370,10 @@ impl EmbeddedMeta {
             Ok(())
         })?;
         let segments = log.segments();
+        // What the replay left in memory of a class that went cold joins its runs, as all
+        // of it did when the replay spilled only at its end: an open keeps fewer keys in
+        // memory than the running store gathers between two spills.
+        spill_when(&keys, |keys, c| keys.cold.holds_class(c));
         // The replay's runs, merged into one a class, hold each cold key once and no other:
         // the live data is memory's entries and theirs. A failed merge leaves the runs as
         // they were (they still answer), and the log as it is.

@@ -304,6 +304,11 @@ impl Cold {
         self.tiers.iter().map(|tier| tier.runs.len()).sum()
     }
 
+    /// True when `class` has a run.
+    pub(super) fn holds_class(&self, class: usize) -> bool {
+        !self.tiers[class].runs.is_empty()
+    }
+
     /// How many keys are gone from the runs (deleted while a run may hold them).
     pub(super) fn gone(&self) -> usize {
         self.tiers.iter().map(|tier| tier.gone.len()).sum()
