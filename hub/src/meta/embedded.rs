@@ -355,6 +355,7 @@ impl EmbeddedMeta {
         // Keys go cold as they are replayed, so that memory holds about as many as it does
         // while the store runs, not every live key at once (see `cold::bound_gone`).
         let mut replay_peak = 0;
+        let mut bounding = true;
         let (mut log, replayed) = SegmentLog::open(dir, "meta", u64::MAX, |frame, payload| {
             let now = keys.get_mut();
             apply(now, frame, payload)?;
@@ -364,8 +365,13 @@ impl EmbeddedMeta {
             if due {
                 spill(&keys);
             }
-            if gone > cold_keys {
-                cold::bound_gone(&keys, cold_keys)?;
+            if bounding && gone > cold_keys {
+                // A merge that fails leaves the runs as they were, and their gone entries
+                // in memory, as the compactor's would; the replay goes on without merging.
+                if let Err(e) = cold::bound_gone(&keys, cold_keys) {
+                    tracing::warn!(error = %e, "cannot merge the meta cache's runs as the log is replayed; deleted keys stay in memory until the compactor runs");
+                    bounding = false;
+                }
             }
             Ok(())
         })?;

@@ -530,8 +530,9 @@ impl Cold {
 /// [`super::COLD_KEYS`] keys of a class, and each deletion it replays of a key already
 /// spilled is a gone entry in memory. Once a class has more than `at_least` of them, and
 /// at least one for every eight keys its runs hold, its runs are merged into one without
-/// them. So memory keeps at most about an eighth as many gone entries as there are cold
-/// keys, and a merge rewrites the class's keys once for every eighth of them deleted.
+/// them. So memory keeps at most `at_least` gone entries a class or an eighth as many as
+/// its cold keys, whichever is more, and a merge rewrites the class's keys once for every
+/// eighth of them deleted.
 pub(super) fn bound_gone(keys: &RwLock<Keys>, at_least: usize) -> Result<(), StoreError> {
     for class in 0..CLASSES {
         let runs = {
