@@ -28,14 +28,19 @@ use crate::limits::{EventLimiter, Person};
 use crate::metrics::Metrics;
 use crate::rooms::{Cause, Publication, Rooms, Watchers};
 
-/// The relay of a running hub, ready to mount with `::relay::configure`.
-pub fn relay(state: &AppState, rooms: ::relay::Rooms) -> ::relay::Relay {
+/// The relay of a running hub, ready to mount with `::relay::configure`; its sessions
+/// close as going away once `shutdown` turns true.
+pub fn relay(
+    state: &AppState,
+    rooms: ::relay::Rooms,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> ::relay::Relay {
     let games = HubGames {
         hub: state.hub.clone(),
         limiter: state.events.clone(),
         metrics: state.metrics.clone(),
     };
-    ::relay::Relay::new(Arc::new(games), rooms)
+    ::relay::Relay::new(Arc::new(games), rooms).with_shutdown(shutdown)
 }
 
 /// The engine's rooms, feeding the relay's, and in a cluster the other nodes' rooms.

@@ -147,7 +147,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let housekeeping = actix_rt::spawn(housekeep(state.clone()));
 
     let app_state = state.clone();
-    let ws = crate::relay::relay(&state, ws_rooms);
+    let (going_away, ws_shutdown) = tokio::sync::watch::channel(false);
+    let ws = crate::relay::relay(&state, ws_rooms, ws_shutdown);
     let server = HttpServer::new(move || {
         http::app(app_state.clone())
             .configure(::relay::configure(ws.clone()))
@@ -183,6 +184,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(joined) => joined.map_err(|e| ServeError::Server(std::io::Error::other(e))),
         None => {
             tracing::info!("stopping: finishing requests in flight");
+            // WebSocket sessions answer what they are running and close as going away;
+            // left open, they would hold the server for its whole grace period.
+            let _ = going_away.send(true);
             handle.stop(true).await;
             server
                 .await

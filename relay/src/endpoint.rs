@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use actix_web::{http::header, web, HttpRequest, HttpResponse};
 use serde_json::json;
+use tokio::sync::watch;
 
 use crate::rooms::Rooms;
 use crate::service::Games;
@@ -23,6 +24,8 @@ pub struct Relay {
     pub(crate) games: Arc<dyn Games>,
     pub(crate) rooms: Rooms,
     pub(crate) heartbeat: Heartbeat,
+    /// Turns true as the server shuts down: every session then closes as "going away".
+    pub(crate) shutdown: Option<watch::Receiver<bool>>,
 }
 
 /// How often a session pings its client, and how long a silent client is kept.
@@ -47,7 +50,17 @@ impl Relay {
             games,
             rooms,
             heartbeat: Heartbeat::default(),
+            shutdown: None,
         }
+    }
+
+    /// The same relay with a shutdown signal: once it turns true, each session answers the
+    /// command it is running, takes no more, and closes its socket with 1001 (going away),
+    /// so that clients reconnect (to another node, in a cluster) at once rather than when
+    /// the server's grace period runs out.
+    pub fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Relay {
+        self.shutdown = Some(shutdown);
+        self
     }
 
     /// The same relay with another heartbeat (tests use short ones).

@@ -1,8 +1,9 @@
 //! One WebSocket connection, from handshake to close.
 //!
-//! A session is one task running one `select!` over five things: frames from the client,
+//! A session is one task running one `select!` over six things: frames from the client,
 //! publications from the room it watches, the reply of the command it is running, a
-//! heartbeat tick and, while frames wait, room in the socket's sending queue. Frames go
+//! heartbeat tick, the server's shutdown and, while frames wait, room in the socket's
+//! sending queue. Frames go
 //! straight into the socket's own bounded channel to the connection (actix-ws's, 32
 //! frames); what does not fit waits in a short backlog of the session's, drained as the
 //! connection takes frames. The session never waits on the client: a client that lets
@@ -26,6 +27,11 @@
 //! same way, so a chat box that drew the move early takes it back; `error` is kept for
 //! messages that are malformed or out of place (no seat, no `hello`).
 //!
+//! When the server shuts down, a session reads no more, answers the command it is running
+//! (its move is judged: the hub's engine stops only after the server), drops those not
+//! begun, and closes with 1001 (going away), so clients reconnect at once, to another node
+//! in a cluster, instead of when the server's grace period for requests runs out.
+//!
 //! What it does not do: buffer history, retry, or speak for more than one seat at a time
 //! (a later `hello` switches seat; `game.subscribe` makes the socket a spectator of any
 //! game).
@@ -45,6 +51,7 @@ use bytestring::ByteString;
 use futures_util::future::BoxFuture;
 use futures_util::Sink;
 use games::Seat;
+use tokio::sync::watch;
 
 use crate::endpoint::{Heartbeat, Relay};
 use crate::rooms::{Cause, Delivery, Subscription};
@@ -120,6 +127,7 @@ impl Drop for Connected {
 pub async fn run(relay: Relay, socket: actix_ws::Session, stream: MessageStream) {
     relay.games.connection(true);
     let _connected = Connected(relay.clone());
+    let relay_shutdown = relay.shutdown.clone();
     let mut stream = stream
         .max_frame_size(MAX_FRAME_BYTES)
         .aggregate_continuations()
@@ -136,6 +144,8 @@ pub async fn run(relay: Relay, socket: actix_ws::Session, stream: MessageStream)
         playing: false,
         last_heard: Instant::now(),
         closing: None,
+        shutdown: relay_shutdown,
+        stopping: false,
     };
     session.serve(&mut stream).await;
     let goodbye = match session.closing.take() {
@@ -173,12 +183,29 @@ struct Session {
     playing: bool,
     last_heard: Instant,
     closing: Option<Closing>,
+    /// The server's shutdown signal, if it has one.
+    shutdown: Option<watch::Receiver<bool>>,
+    /// The server is shutting down: the command in flight is answered, then the socket
+    /// closes as going away.
+    stopping: bool,
 }
 
 async fn next_delivery(watch: &mut Option<Watch>) -> Option<Arc<Delivery>> {
     match watch {
         Some(w) => w.sub.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+/// Resolves once the server starts shutting down (never, without a signal, or once its
+/// sender is gone).
+async fn shutting_down(shutdown: &mut Option<watch::Receiver<bool>>) {
+    let signalled = match shutdown {
+        Some(rx) => rx.wait_for(|stop| *stop).await.is_ok(),
+        None => false,
+    };
+    if !signalled {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -200,7 +227,8 @@ impl Session {
         tick.tick().await;
         while self.closing.is_none() {
             // While frames wait for the client, it gets no more answers to wait for.
-            let can_read = self.queue.len() < COMMAND_QUEUE && self.backlog.is_empty();
+            let can_read =
+                self.queue.len() < COMMAND_QUEUE && self.backlog.is_empty() && !self.stopping;
             tokio::select! {
                 message = stream.recv(), if can_read => match message {
                     Some(Ok(message)) => self.on_message(message),
@@ -220,11 +248,21 @@ impl Session {
                     self.on_reply(reply);
                 }
                 _ = tick.tick() => self.on_tick(heartbeat),
+                () = shutting_down(&mut self.shutdown), if !self.stopping => self.stopping = true,
                 room = poll_fn(|cx| Pin::new(&mut self.socket).poll_ready(cx)),
                     if !self.backlog.is_empty() => match room {
                     Ok(()) => self.drain(),
                     Err(_) => self.closing = Some(Closing::Dropped),
                 },
+            }
+            if self.stopping && self.inflight.is_none() && self.closing.is_none() {
+                // Commands not begun are dropped unanswered: the client reconnects and
+                // gets the true board with its `hello.ok`.
+                self.queue.clear();
+                self.closing = Some(Closing::Close(CloseReason {
+                    code: CloseCode::Away,
+                    description: Some("the hub is shutting down".into()),
+                }));
             }
             if self.inflight.is_none() {
                 if let Some(command) = self.queue.pop_front() {

@@ -489,3 +489,28 @@ async fn the_host_hears_when_its_guest_pairs() {
     assert_eq!(started["phase"], "started");
     assert_eq!(started["keys"]["O"].as_str().map(str::len), Some(64));
 }
+
+/// A hub told to stop (SIGTERM) closes its sockets as going away (1001) at once, a seat's
+/// and a spectator's alike, so that their clients reconnect rather than wait out the
+/// grace period the hub gives HTTP requests (10 s); and it then exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_hub_closes_its_sockets_as_going_away() {
+    let mut hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = ttt(&hub, &c, "ws-stop");
+    let mut x = Ws::connect(&hub).await;
+    x.hello(Some(&g.x)).await;
+    let mut watcher = Ws::connect(&hub).await;
+    watcher.hello(None).await;
+    let began = Instant::now();
+    let stopping = tokio::task::spawn_blocking(move || (hub.terminate(), began.elapsed()));
+    assert_eq!(x.close_code().await, Some(1001));
+    assert_eq!(watcher.close_code().await, Some(1001));
+    let (exit, took) = stopping.await.expect("the stopping thread");
+    assert_eq!(exit, Some(0));
+    // Left open, the sockets held the hub for the whole 10 s.
+    assert!(
+        took < Duration::from_secs(5),
+        "the hub took {took:?} to stop"
+    );
+}

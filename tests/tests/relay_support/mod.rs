@@ -176,6 +176,22 @@ impl Ws {
         (ok, Some(state))
     }
 
+    /// Reads until the hub closes the socket; the close frame's code (`None`: the socket
+    /// ended without one).
+    pub async fn close_code(&mut self) -> Option<u16> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let frame = tokio::time::timeout_at(deadline, self.socket.next())
+                .await
+                .expect("the hub closes the socket within the wait");
+            match frame {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                None | Some(Err(_)) => return None,
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
     }
