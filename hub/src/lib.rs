@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod files;
 pub mod game;
 pub mod http;
 pub mod inbox;

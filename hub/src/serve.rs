@@ -33,6 +33,9 @@ use crate::relay::HubRooms;
 
 /// How long in-flight requests get to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Connections a worker may hold where the open-files limit cannot be read: actix-web's
+/// own default.
+const UNCAPPED_PER_WORKER: usize = 25_600;
 /// How often the embedded store's own totals are copied into the metrics.
 const STORE_TOTALS_EVERY: Duration = Duration::from_secs(1);
 /// How often idle rate-limit buckets are forgotten. Every seat is a person with a bucket of
@@ -70,6 +73,7 @@ pub enum ServeError {
 /// system (`actix_rt::System::new().block_on(run(..))`): game actors live on it.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
     config.validate()?;
+    let files = crate::files::raise_limit();
     std::fs::create_dir_all(&config.data).map_err(|source| ServeError::DataDir {
         path: config.data.clone(),
         source,
@@ -149,12 +153,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let app_state = state.clone();
     let (going_away, ws_shutdown) = tokio::sync::watch::channel(false);
     let ws = crate::relay::relay(&state, ws_rooms, ws_shutdown);
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let per_worker = connections_per_worker(files, workers);
     let server = HttpServer::new(move || {
         http::app(app_state.clone())
             .configure(::relay::configure(ws.clone()))
             .configure(::relay::page::configure)
     })
     .disable_signals()
+    .workers(workers)
+    .max_connections(per_worker)
     .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
     .max_connection_rate(1024)
     // Frames are small and latency-bound (a move, then the opponent's board): without
@@ -203,6 +211,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     inbox.sync().await?;
     tracing::info!("stopped; every acknowledged event is durable");
     result?.map_err(ServeError::Server)
+}
+
+/// How many connections each HTTP worker may hold: what the open-files limit leaves once
+/// the hub's own files and a reserve for those it opens later are counted (see
+/// [`crate::files`]), logged with the limit.
+fn connections_per_worker(files: Option<crate::files::Limit>, workers: usize) -> usize {
+    let (Some(limit), Some(open)) = (files, crate::files::open_now()) else {
+        tracing::warn!("the open-files limit cannot be read: connections are not capped by it");
+        return UNCAPPED_PER_WORKER;
+    };
+    let per_worker = crate::files::connection_cap(limit.now, open, workers);
+    tracing::info!(
+        limit = limit.now,
+        raised_from = limit.was,
+        open,
+        reserved = crate::files::RESERVED,
+        connections = per_worker * workers,
+        "open files: sockets may take what the store's files leave"
+    );
+    per_worker
 }
 
 /// Forgets rate-limit buckets that are full again, so idle clients cost no memory.

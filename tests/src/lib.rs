@@ -57,6 +57,8 @@ pub struct Hub {
     data: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     args: Vec<String>,
+    /// The open-files limit the process starts with, when a test sets one.
+    open_files: Option<u64>,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// What the hub wrote on standard error (its logs), collected in the background.
@@ -81,6 +83,24 @@ impl Hub {
             data: data.to_path_buf(),
             _tmp: None,
             args,
+            open_files: None,
+            base: String::new(),
+            stderr: Default::default(),
+        };
+        hub.spawn();
+        hub
+    }
+
+    /// [`Hub::start`] in a process that may open at most `limit` files (its soft and hard
+    /// open-files limits both).
+    pub fn start_with_open_files(limit: u64, args: &[&str]) -> Hub {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let mut hub = Hub {
+            child: None,
+            data: tmp.path().join("data"),
+            _tmp: Some(tmp),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            open_files: Some(limit),
             base: String::new(),
             stderr: Default::default(),
         };
@@ -89,7 +109,26 @@ impl Hub {
     }
 
     fn spawn(&mut self) {
-        let mut child = Command::new(pipehub_bin())
+        let mut command = Command::new(pipehub_bin());
+        if let Some(limit) = self.open_files {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: between fork and exec the child only calls `setrlimit`, which is
+            // async-signal-safe, on a value copied into the closure.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = command
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--data"])
             .arg(&self.data)

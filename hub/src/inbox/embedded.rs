@@ -126,11 +126,23 @@ impl EmbeddedInbox {
         pacing: log::Pacing,
         lock: DirLock,
     ) -> Result<EmbeddedInbox, StoreError> {
+        EmbeddedInbox::open_sized(dir, shards, pacing, lock, SEGMENT_BYTES)
+    }
+
+    /// [`EmbeddedInbox::open_locked`] with the log's segments `segment_bytes` long (tests
+    /// roll them sooner).
+    fn open_sized(
+        dir: &Path,
+        shards: u32,
+        pacing: log::Pacing,
+        lock: DirLock,
+        segment_bytes: u64,
+    ) -> Result<EmbeddedInbox, StoreError> {
         let started = Instant::now();
         let shards = read_or_write_header(dir, shards)?;
         let mut index = Index::spilling(shards, Spill::create(dir)?);
         let mut events = 0u64;
-        let (log, replayed) = SegmentLog::open(dir, "inbox", SEGMENT_BYTES, |frame, payload| {
+        let (log, replayed) = SegmentLog::open(dir, "inbox", segment_bytes, |frame, payload| {
             replay(&mut index, frame, payload, &mut events)
         })?;
         let Replayed {
@@ -160,6 +172,7 @@ impl EmbeddedInbox {
                     log,
                     rx,
                     pacer: log::Pacer::new(pacing),
+                    rolling: false,
                 }
                 .run()
             })?;

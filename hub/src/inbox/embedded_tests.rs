@@ -28,6 +28,65 @@ async fn append(inbox: &EmbeddedInbox, name: &str, game: &str, seq: u64) -> Capt
 }
 
 #[tokio::test]
+async fn appends_wait_out_a_segment_that_cannot_be_opened_and_lose_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small = |dir: &Path| {
+        EmbeddedInbox::open_sized(dir, 1, PACING, lock(dir).expect("lock"), 2048)
+            .expect("open inbox")
+    };
+    // Something squats on the second segment's name (as no descriptor left would make
+    // its open fail): the first segment fills, and the next append finds nowhere to go.
+    let squatter = dir.path().join("inbox-00000001.log");
+    let mut acknowledged = Vec::new();
+    {
+        let inbox = small(dir.path());
+        std::fs::create_dir(&squatter).expect("a directory in the way");
+        let refused = loop {
+            let seq = acknowledged.len() as u64;
+            match inbox.append("box", "g", None, event("g", seq)).await {
+                Ok(capture) => acknowledged.push(capture),
+                Err(e) => break e,
+            }
+            assert!(acknowledged.len() < 100, "the first segment never filled");
+        };
+        assert!(
+            matches!(&refused, StoreError::Unavailable(d) if d.contains("cannot start log segment")),
+            "{refused}"
+        );
+        assert!(inbox.ready(), "the store still takes writes");
+        // Refused again while the name is taken, and the refused appends take no position.
+        assert!(inbox.append("box", "g", None, event("g", 0)).await.is_err());
+        std::fs::remove_dir(&squatter).expect("the squatter goes");
+        for _ in 0..20 {
+            let seq = acknowledged.len() as u64;
+            acknowledged.push(
+                inbox
+                    .append("box", "g", None, event("g", seq))
+                    .await
+                    .expect("appends go on in the next segment"),
+            );
+        }
+    }
+    let positions: Vec<u64> = acknowledged.iter().map(|c| c.pos).collect();
+    let gapless: Vec<u64> = (1..=acknowledged.len() as u64).collect();
+    assert_eq!(positions, gapless);
+    assert!(
+        squatter.is_file(),
+        "the second segment holds the later appends"
+    );
+    let inbox = small(dir.path());
+    let stored = inbox.game_records("box", "g").await.expect("records");
+    let seqs: Vec<String> = stored
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.raw).into_owned())
+        .collect();
+    let expected: Vec<String> = (0..acknowledged.len() as u64)
+        .map(|seq| String::from_utf8_lossy(&event("g", seq)).into_owned())
+        .collect();
+    assert_eq!(seqs, expected, "every acknowledged event, once, in order");
+}
+
+#[tokio::test]
 async fn records_and_verdicts_survive_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut captures = Vec::new();

@@ -212,13 +212,37 @@ pub fn unlinked(dir: &Path, name: &str) -> std::io::Result<File> {
     Ok(file)
 }
 
-fn open_segment(path: &Path) -> Result<File, StoreError> {
-    Ok(OpenOptions::new()
+fn open_segment(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(path)?)
+        .open(path)
+}
+
+/// Why [`SegmentLog::reserve`] found no room.
+#[derive(Debug, thiserror::Error)]
+pub enum ReserveError {
+    /// The next segment could not be opened (no file descriptor or inode left, say).
+    /// Nothing was written and the log is as it was: a later reserve tries again.
+    #[error("cannot start log segment {}: {source}", path.display())]
+    NextSegment {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The full segment could not be synced or trimmed: what it holds is in doubt.
+    #[error(transparent)]
+    Failed(#[from] StoreError),
+}
+
+impl From<ReserveError> for StoreError {
+    fn from(e: ReserveError) -> StoreError {
+        match e {
+            ReserveError::NextSegment { .. } => StoreError::Unavailable(e.to_string()),
+            ReserveError::Failed(e) => e,
+        }
+    }
 }
 
 impl SegmentLog {
@@ -295,16 +319,20 @@ impl SegmentLog {
 
     /// Where the next batch of `len` bytes will go: (segment, offset). Starts a new
     /// segment first when the active one is full, so a batch never spans two segments.
-    pub fn reserve(&mut self, len: usize) -> Result<(u32, u64), StoreError> {
+    pub fn reserve(&mut self, len: usize) -> Result<(u32, u64), ReserveError> {
         if self.active_len > 0 && self.active_len + len as u64 > self.max_segment {
             // Frames written without an fsync (verdicts) must be on disk, and the zeros
             // allocated ahead cut, before a newer segment exists: damage in an older
             // segment is refused at open, not cut.
             self.cut_allocation()?;
-            self.active.sync_all()?;
+            self.active.sync_all().map_err(StoreError::from)?;
             let index = self.active_index + 1;
             let path = segment_path(&self.dir, self.stem, self.first + index);
-            let file = Arc::new(open_segment(&path)?);
+            // Nothing has changed yet but the full segment's trim, done again at no cost
+            // by the next try.
+            let file = Arc::new(
+                open_segment(&path).map_err(|source| ReserveError::NextSegment { path, source })?,
+            );
             sync_dir(&self.dir)?;
             self.segments.0.write().push(file.clone());
             self.active = file;

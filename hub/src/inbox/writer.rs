@@ -129,6 +129,8 @@ pub(super) struct Writer {
     pub(super) log: SegmentLog,
     pub(super) rx: mpsc::Receiver<Request>,
     pub(super) pacer: log::Pacer,
+    /// The last batch found no next segment to go to (see [`log::ReserveError`]).
+    pub(super) rolling: bool,
 }
 
 /// An append of the current batch, waiting for the fsync.
@@ -241,22 +243,36 @@ impl Writer {
             }
             Ok((segment, base))
         });
-        let (segment, base) = match written {
-            Ok(at) => at,
+        let e = match written {
+            Ok(at) => {
+                if std::mem::take(&mut self.rolling) {
+                    tracing::info!("inbox: the next log segment is open; appends go on");
+                }
+                return self.publish(pending, syncs, &buf, at, at_ms);
+            }
+            Err(e @ log::ReserveError::NextSegment { .. }) => {
+                // Nothing was written and the log is as it was: these appends are refused
+                // (503, none acknowledged) and the next batch tries again. The batch's
+                // verdicts stay in the index, and are computed again at the next open, as
+                // any verdict not yet on disk is.
+                if !std::mem::replace(&mut self.rolling, true) {
+                    tracing::error!(error = %e, "inbox: appends are refused until the next log segment can be opened");
+                }
+                e
+            }
             Err(e) => {
                 tracing::error!(error = %e, "inbox write failed; the store stops taking writes");
                 self.shared.failed.store(true, Ordering::Release);
-                let detail = e.to_string();
-                for p in pending {
-                    let _ = p.reply.send(Err(StoreError::Unavailable(detail.clone())));
-                }
-                for reply in syncs {
-                    let _ = reply.send(Err(StoreError::Unavailable(detail.clone())));
-                }
-                return;
+                e
             }
         };
-        self.publish(pending, syncs, &buf, (segment, base), at_ms);
+        let detail = e.to_string();
+        for p in pending {
+            let _ = p.reply.send(Err(StoreError::Unavailable(detail.clone())));
+        }
+        for reply in syncs {
+            let _ = reply.send(Err(StoreError::Unavailable(detail.clone())));
+        }
     }
 
     /// The batch is durable: index it, raise the high-water marks, answer the appenders.

@@ -267,25 +267,19 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
     })
 }
 
-/// Refuses to start when this process cannot open 2G sockets, rather than failing halfway.
+/// Raises this process's soft open-files limit to its hard one, then refuses to start
+/// when it still cannot open 2G sockets, rather than failing halfway.
 fn check_fd_limit(games: usize) -> Result<(), LoadgenError> {
-    let Some(limit) = open_files_limit() else {
+    let Some(limit) = crate::files::raise_limit().map(|l| l.now) else {
         return Ok(());
     };
     let needed = 2 * games as u64 + SPARE_FDS;
     if limit < needed {
         return Err(LoadgenError::Usage(format!(
-            "{games} games need {needed} open files but this process may open {limit}: raise it with `ulimit -n {needed}` (the hub needs as many)"
+            "{games} games need {needed} open files but this process may open {limit}, its hard limit: raise that (`ulimit -Hn {needed}`, as root) for the hub too"
         )));
     }
     Ok(())
-}
-
-/// The soft `Max open files` limit of this process, from `/proc/self/limits`.
-fn open_files_limit() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 impl Outcome {

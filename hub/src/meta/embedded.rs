@@ -657,7 +657,7 @@ fn run(
         let written = if failed {
             Err(unavailable())
         } else {
-            log.reserve(0).and_then(|at| {
+            log.reserve(0).map_err(StoreError::from).and_then(|at| {
                 for c in &batch {
                     places.push(match &c.value {
                         Some(v) => encode(&mut buf, PUT, &c.key, v, at),

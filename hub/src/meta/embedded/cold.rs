@@ -27,8 +27,10 @@
 //! made again from the log at every open (spilled as it is replayed, then merged into one
 //! run a class: see [`bound_gone`] and [`merge_replayed`]) and go when the store closes.
 //! After a failed
-//! spill every key stays in memory; a failed compaction leaves the runs as they were; a
-//! failed read is an error the caller gets (a 503), never a key reported missing.
+//! spill the keys stay in memory, and no spill is tried for [`SPILL_RETRY`] (a file could
+//! not be made: no descriptor or no space left); a failed compaction leaves the runs as
+//! they were; a failed read is an error the caller gets (a 503), never a key reported
+//! missing.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -37,6 +39,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fastbloom::BloomFilter;
 use parking_lot::RwLock;
@@ -56,6 +59,8 @@ const BLOCK: usize = 4096;
 const FLUSH: usize = 1 << 20;
 /// Bytes of a record besides its key's text: the text's length, and where the value lies.
 const RECORD: usize = 2 + 4 + 8 + 4;
+/// How long after a failed spill keys stay in memory before a spill is tried again.
+pub(super) const SPILL_RETRY: Duration = Duration::from_secs(10);
 /// A run of which this share is gone is written again without them.
 const GARBAGE: u64 = 16;
 /// How many neighbouring runs of about one size a compaction merges at once. Merging two
@@ -98,8 +103,8 @@ fn may_hold(class: usize, prefix: &str) -> bool {
 /// The runs of each class, and the keys deleted since they were written.
 pub(super) struct Cold {
     dir: PathBuf,
-    /// Set after a failed spill: no key goes cold from then on.
-    failed: bool,
+    /// When a spill last failed: no key goes cold for [`SPILL_RETRY`] after.
+    failed_at: Option<Instant>,
     tiers: [Tier; CLASSES],
 }
 
@@ -280,14 +285,20 @@ impl Cold {
     pub(super) fn create(dir: &Path) -> Cold {
         Cold {
             dir: dir.to_path_buf(),
-            failed: false,
+            failed_at: None,
             tiers: Default::default(),
         }
     }
 
-    /// False when keys cannot go cold (a spill failed).
+    /// False while keys cannot go cold: for [`SPILL_RETRY`] after a spill failed.
     pub(super) fn spilling(&self) -> bool {
-        !self.failed
+        self.spilling_at(Instant::now())
+    }
+
+    /// [`Cold::spilling`] at `now`.
+    pub(super) fn spilling_at(&self, now: Instant) -> bool {
+        self.failed_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= SPILL_RETRY)
     }
 
     /// How many keys the runs hold (some may be stale: written again since, or gone).
@@ -328,8 +339,8 @@ impl Cold {
         writer.finish()
     }
 
-    /// Lists a run [`Cold::write`] wrote for `class`, or after its failure keeps every key
-    /// in memory from then on.
+    /// Lists a run [`Cold::write`] wrote for `class`, or after its failure keeps the keys
+    /// in memory and spills nothing for [`SPILL_RETRY`].
     pub(super) fn install(
         &mut self,
         class: usize,
@@ -343,11 +354,12 @@ impl Cold {
                         gone: 0,
                     });
                 }
+                self.failed_at = None;
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot write a meta cache file: every key stays in memory from now on");
-                self.failed = true;
+                tracing::warn!(error = %e, retry_s = SPILL_RETRY.as_secs(), "cannot write a meta cache file: keys stay in memory until a spill is tried again");
+                self.failed_at = Some(Instant::now());
                 false
             }
         }
@@ -496,7 +508,7 @@ impl Cold {
     /// neighbours of a class of which the oldest holds less than twice the newest's keys,
     /// merged.
     fn plan(&self) -> Option<(usize, usize, usize)> {
-        if self.failed {
+        if !self.spilling() {
             return None;
         }
         for (class, tier) in self.tiers.iter().enumerate() {

@@ -2,6 +2,7 @@
 //! keep the newest place and drop gone keys, the compaction policy, and stopping.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use super::*;
 
@@ -39,6 +40,34 @@ fn spill_run(keys: &RwLock<Keys>, class: usize, run: &[(Key, FramePos)]) {
     let mut keys = keys.write();
     let written = keys.cold.write(run.iter().map(|(k, a)| (k, a)), run.len());
     assert!(keys.cold.install(class, written));
+}
+
+/// A spill that cannot make its file (here its directory is gone) keeps the keys in
+/// memory and stops spilling for a while, not for good: the next try after
+/// [`SPILL_RETRY`] writes the run.
+#[test]
+fn a_failed_spill_is_tried_again_later() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    std::fs::create_dir(&cache).expect("cache directory");
+    let keys = store(&cache);
+    let run: Vec<(Key, FramePos)> = (0..100u64).map(|n| (seat(n), at(n))).collect();
+    std::fs::remove_dir(&cache).expect("the directory goes");
+    {
+        let mut keys = keys.write();
+        let written = keys.cold.write(run.iter().map(|(k, a)| (k, a)), run.len());
+        assert!(written.is_err());
+        assert!(!keys.cold.install(1, written), "nothing was listed");
+        assert!(!keys.cold.spilling());
+        let later = Instant::now() + SPILL_RETRY;
+        assert!(keys.cold.spilling_at(later), "tried again after the pause");
+    }
+    std::fs::create_dir(&cache).expect("the directory is back");
+    keys.write().cold.failed_at = Some(Instant::now() - SPILL_RETRY);
+    assert!(keys.read().cold.spilling());
+    spill_run(&keys, 1, &run);
+    assert!(keys.read().cold.spilling());
+    assert_eq!(keys.read().cold.keys(), 100);
 }
 
 /// A run of many blocks, written in several flushes: every key is found where it was
