@@ -117,23 +117,96 @@ pub struct FramePos {
     pub len: u32,
 }
 
-/// Read handles of every segment, shared with readers while the owner appends.
+/// How many segments before the newest keep a read handle open. An older one is opened
+/// again when it is read, so that a log's file descriptors stay bounded however long it
+/// grows: a hub caps its sockets at what its open-files limit leaves (`crate::files`).
+pub const OPEN_OLDER: usize = 16;
+
+/// Read handles of the segments, shared with readers while the owner appends: the newest
+/// always open, at most [`OPEN_OLDER`] of the others.
 #[derive(Clone, Default)]
-pub struct Segments(Arc<RwLock<Vec<Arc<File>>>>);
+pub struct Segments(Arc<RwLock<Handles>>);
+
+#[derive(Default)]
+struct Handles {
+    /// Per segment, oldest first: its path and, while open, its handle.
+    slots: Vec<(PathBuf, Option<Arc<File>>)>,
+    /// The segments before the newest that hold a handle, in the order they got it.
+    older_open: std::collections::VecDeque<usize>,
+}
+
+impl Handles {
+    /// Adds the newest segment; the one before it joins the older handles.
+    fn push(&mut self, path: PathBuf, file: Arc<File>) {
+        if !self.slots.is_empty() {
+            self.older_open.push_back(self.slots.len() - 1);
+            self.bound();
+        }
+        self.slots.push((path, Some(file)));
+    }
+
+    /// Closes the older handles held longest, past [`OPEN_OLDER`].
+    fn bound(&mut self) {
+        while self.older_open.len() > OPEN_OLDER {
+            if let Some(i) = self.older_open.pop_front() {
+                self.slots[i].1 = None;
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.older_open.clear();
+    }
+
+    /// How many segments hold a handle here.
+    fn open(&self) -> usize {
+        self.slots.iter().filter(|(_, f)| f.is_some()).count()
+    }
+}
 
 impl Segments {
     /// Reads one payload back. The caller got `pos` from this log, so a short read means
-    /// the file changed under us.
+    /// the file changed under us. An older segment whose handle was closed is opened
+    /// again (read-only), and may then close another's.
     pub fn read(&self, pos: FramePos) -> Result<Vec<u8>, StoreError> {
-        let file = self
+        let segment = pos.segment as usize;
+        let found = self
             .0
             .read()
-            .get(pos.segment as usize)
-            .cloned()
-            .ok_or_else(|| StoreError::Corrupt(format!("no segment {}", pos.segment)))?;
+            .slots
+            .get(segment)
+            .map(|(path, file)| match file {
+                Some(file) => Ok(file.clone()),
+                None => Err(path.clone()),
+            });
+        let file = match found {
+            None => return Err(StoreError::Corrupt(format!("no segment {}", pos.segment))),
+            Some(Ok(file)) => file,
+            Some(Err(path)) => {
+                let opened = Arc::new(File::open(&path)?);
+                let mut handles = self.0.write();
+                match handles.slots.get_mut(segment) {
+                    // Opened meanwhile by another reader.
+                    Some((_, Some(file))) => file.clone(),
+                    Some((_, slot)) => {
+                        *slot = Some(opened.clone());
+                        handles.older_open.push_back(segment);
+                        handles.bound();
+                        opened
+                    }
+                    None => return Err(StoreError::Corrupt(format!("no segment {}", pos.segment))),
+                }
+            }
+        };
         let mut buf = vec![0u8; pos.len as usize];
         file.read_exact_at(&mut buf, pos.offset)?;
         Ok(buf)
+    }
+
+    /// How many segments hold a read handle (for tests and operators).
+    pub fn open_handles(&self) -> usize {
+        self.0.read().open()
     }
 }
 
@@ -256,7 +329,7 @@ impl SegmentLog {
     ) -> Result<(SegmentLog, Replayed), StoreError> {
         fs::create_dir_all(dir)?;
         let indexes = segment_indexes(dir, stem)?;
-        let mut files = Vec::new();
+        let mut handles = Handles::default();
         let mut replayed = Replayed::default();
         let mut active_len = 0;
         let first = indexes.first().copied().unwrap_or(0);
@@ -291,19 +364,24 @@ impl SegmentLog {
                 replayed.truncated = torn;
             }
             active_len = good;
-            files.push(Arc::new(file));
+            handles.push(path, Arc::new(file));
         }
-        if files.is_empty() {
-            files.push(Arc::new(open_segment(&segment_path(dir, stem, first))?));
+        if handles.slots.is_empty() {
+            let path = segment_path(dir, stem, first);
+            handles.push(path.clone(), Arc::new(open_segment(&path)?));
             sync_dir(dir)?;
         }
-        let active_index = (files.len() - 1) as u32;
-        let active = files[active_index as usize].clone();
+        let active_index = (handles.slots.len() - 1) as u32;
+        let active = handles
+            .slots
+            .last()
+            .and_then(|(_, file)| file.clone())
+            .ok_or_else(|| StoreError::Corrupt(format!("{stem}: no open newest segment")))?;
         let log = SegmentLog {
             dir: dir.to_path_buf(),
             stem,
             max_segment,
-            segments: Segments(Arc::new(RwLock::new(files))),
+            segments: Segments(Arc::new(RwLock::new(handles))),
             first,
             active,
             active_index,
@@ -330,11 +408,12 @@ impl SegmentLog {
             let path = segment_path(&self.dir, self.stem, self.first + index);
             // Nothing has changed yet but the full segment's trim, done again at no cost
             // by the next try.
-            let file = Arc::new(
-                open_segment(&path).map_err(|source| ReserveError::NextSegment { path, source })?,
-            );
+            let file = match open_segment(&path) {
+                Ok(file) => Arc::new(file),
+                Err(source) => return Err(ReserveError::NextSegment { path, source }),
+            };
             sync_dir(&self.dir)?;
-            self.segments.0.write().push(file.clone());
+            self.segments.0.write().push(path, file.clone());
             self.active = file;
             self.active_index = index;
             self.active_len = 0;
@@ -418,9 +497,12 @@ impl SegmentLog {
         sync_dir(&self.dir)?;
         self.first += self.active_index;
         self.active_index = 0;
-        let mut files = self.segments.0.write();
-        files.clear();
-        files.push(self.active.clone());
+        let mut handles = self.segments.0.write();
+        handles.clear();
+        handles.push(
+            segment_path(&self.dir, self.stem, self.first),
+            self.active.clone(),
+        );
         Ok(())
     }
 
@@ -689,6 +771,46 @@ mod tests {
         assert_eq!((seen.len(), replayed.truncated), (6, 0));
     }
 
+    /// A log of many segments keeps at most [`OPEN_OLDER`] of the older ones open, as it
+    /// grows and after it reopens, and still reads every frame of every segment back.
+    #[test]
+    fn a_long_log_keeps_its_open_handles_bounded_and_reads_every_segment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _, _) = collect(dir.path(), 64);
+        let mut written = Vec::new();
+        for i in 0..(3 * OPEN_OLDER as u32) {
+            let payload = i.to_le_bytes().repeat(10);
+            let buf = batch(&[&payload]);
+            let (segment, offset) = log.reserve(buf.len()).expect("reserve");
+            let (at, len) = frames_in(&buf)[0];
+            log.write_batch(&buf, true).expect("write");
+            let pos = FramePos {
+                segment,
+                offset: offset + at as u64,
+                len,
+            };
+            written.push((pos, payload));
+            assert!(log.segments().open_handles() <= OPEN_OLDER + 1);
+        }
+        let segments = log.segments();
+        assert!(
+            segments.0.read().slots.len() > 2 * OPEN_OLDER,
+            "64-byte segments rolled"
+        );
+        // Oldest first, newest first: every closed segment is opened again to be read.
+        for (pos, payload) in written.iter().chain(written.iter().rev()) {
+            assert_eq!(&segments.read(*pos).expect("read"), payload);
+            assert!(segments.open_handles() <= OPEN_OLDER + 1);
+        }
+        drop(log);
+        let (log, _, seen) = collect(dir.path(), 64);
+        assert_eq!(seen.len(), written.len());
+        assert_eq!(log.segments().open_handles(), OPEN_OLDER + 1);
+        let (pos, payload) = &written[0];
+        assert_eq!(&log.segments().read(*pos).expect("read"), payload);
+        assert_eq!(log.segments().open_handles(), OPEN_OLDER + 1);
+    }
+
     #[test]
     fn frames_survive_reopen_across_segments() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -715,7 +837,7 @@ mod tests {
         assert_eq!(seen[19], vec![109; 5]);
         assert_eq!(replayed.truncated, 0);
         assert!(
-            log.segments().0.read().len() > 1,
+            log.segments().0.read().slots.len() > 1,
             "64-byte segments must have rolled"
         );
     }
