@@ -17,6 +17,10 @@
 /// own, the inbox's next segments (one each 256 MiB), the meta cache's runs.
 pub const RESERVED: u64 = 64;
 
+/// Descriptors each HTTP worker opens once the server runs (its event loop's own), which
+/// the files counted before it starts do not include.
+pub const PER_WORKER: u64 = 5;
+
 /// The most connections a cap allows a worker, whatever the limit.
 const MAX_PER_WORKER: u64 = 1 << 20;
 
@@ -75,11 +79,15 @@ pub fn open_now() -> Option<u64> {
 }
 
 /// The connections each of `workers` HTTP workers may hold, so that together they leave
-/// `open` descriptors (the hub's own files) and [`RESERVED`] more free under `limit`. At
-/// least one each, so that a hub with a tiny limit still answers.
+/// `open` descriptors (the hub's own files), the workers' own ([`PER_WORKER`] each) and
+/// [`RESERVED`] more free under `limit`. At least one each, so that a hub with a tiny
+/// limit still answers.
 pub fn connection_cap(limit: u64, open: u64, workers: usize) -> usize {
     let workers = workers.max(1) as u64;
-    let free = limit.saturating_sub(open).saturating_sub(RESERVED);
+    let free = limit
+        .saturating_sub(open)
+        .saturating_sub(RESERVED)
+        .saturating_sub(PER_WORKER * workers);
     (free / workers).clamp(1, MAX_PER_WORKER) as usize
 }
 
@@ -89,13 +97,14 @@ mod tests {
 
     #[test]
     fn a_cap_leaves_the_hubs_files_and_the_reserve_free() {
-        // 20,000 files, 34 of them the hub's own, two workers: 19,902 sockets, 9,951 games.
-        assert_eq!(connection_cap(20_000, 34, 2), 9_951);
-        assert_eq!(connection_cap(1_024, 40, 4), 230);
+        // 20,000 files, 24 of them the hub's own as it opens, two workers: 19,902
+        // sockets, 9,951 games.
+        assert_eq!(connection_cap(20_000, 24, 2), 9_951);
+        assert_eq!(connection_cap(1_024, 40, 4), 225);
         // Every worker can always take one connection, and no worker a million more.
         assert_eq!(connection_cap(50, 40, 2), 1);
         assert_eq!(connection_cap(u64::MAX, 40, 1), 1 << 20);
-        assert_eq!(connection_cap(1_000, 10, 0), 926);
+        assert_eq!(connection_cap(1_000, 10, 0), 921);
     }
 
     #[test]

@@ -226,7 +226,7 @@ fn connections_per_worker(files: Option<crate::files::Limit>, workers: usize) ->
         limit = limit.now,
         raised_from = limit.was,
         open,
-        reserved = crate::files::RESERVED,
+        reserved = crate::files::RESERVED + crate::files::PER_WORKER * workers as u64,
         connections = per_worker * workers,
         "open files: sockets may take what the store's files leave"
     );
