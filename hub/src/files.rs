@@ -4,8 +4,9 @@
 //! (the inbox's next log segment, the meta cache's runs). A hub whose sockets took every
 //! descriptor could not open the next segment, and its store would stop taking writes.
 //! So a hub serves at most [`connection_cap`] connections: the limit less the files it
-//! holds once open, less [`RESERVED`] for what it opens later. Past that, new connections
-//! wait in the listen backlog until others close; none is refused with an error.
+//! holds once open, less its HTTP workers' own, less [`RESERVED`] for what its store
+//! opens later. Past that, new connections wait in the listen backlog until others
+//! close; none is refused with an error.
 //!
 //! At start a hub (and the load generator) raises its soft limit to the hard one, as
 //! servers do: distributions often leave the soft limit at 1,024, about 500 games.
@@ -13,8 +14,9 @@
 //! Written with `libc` (two system calls) rather than another crate: `libc` is already a
 //! dependency, and the rest is arithmetic.
 
-/// Descriptors a hub keeps free for the files it opens after start: its HTTP workers'
-/// own, the inbox's next segments (one each 256 MiB), the meta cache's runs.
+/// Descriptors a hub keeps free for the files its store opens after start: the inbox's
+/// next segment, older segments opened again to be read (at most
+/// [`crate::inbox::log::OPEN_OLDER`] at once), the meta cache's runs.
 pub const RESERVED: u64 = 64;
 
 /// Descriptors each HTTP worker opens once the server runs (its event loop's own), which
