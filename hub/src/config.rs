@@ -29,6 +29,9 @@ pub const SECRET_FILE: &str = "secret";
 pub struct Config {
     /// Address for HTTP (and, later, WebSocket), e.g. `127.0.0.1:8080`; port 0 picks one.
     pub listen: String,
+    /// A second address serving only `/healthz`, `/readyz` and `/metrics`, outside the
+    /// connection cap, so that probes and scrapes reach a hub whose sockets are at it.
+    pub admin_listen: Option<String>,
     /// Data directory of the embedded store and the generated secret.
     pub data: PathBuf,
     /// Redis URL of the shared backend: several hub nodes on one Redis.
@@ -61,6 +64,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:8080".into(),
+            admin_listen: None,
             data: PathBuf::from("./data"),
             redis: None,
             secret: None,

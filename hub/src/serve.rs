@@ -36,6 +36,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Connections a worker may hold where the open-files limit cannot be read: actix-web's
 /// own default.
 const UNCAPPED_PER_WORKER: usize = 25_600;
+/// Connections the admin address serves at once: probes and scrapes, a few at a time.
+const ADMIN_CONNECTIONS: usize = 16;
 /// How often the embedded store's own totals are copied into the metrics.
 const STORE_TOTALS_EVERY: Duration = Duration::from_secs(1);
 /// How often idle rate-limit buckets are forgotten. Every seat is a person with a bucket of
@@ -153,8 +155,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let app_state = state.clone();
     let (going_away, ws_shutdown) = tokio::sync::watch::channel(false);
     let ws = crate::relay::relay(&state, ws_rooms, ws_shutdown);
+    // Bound first, so that its listener is among the files the main server's cap counts.
+    let admin = match &config.admin_listen {
+        Some(addr) => Some(admin_server(addr, state.clone())?),
+        None => None,
+    };
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let per_worker = connections_per_worker(files, workers);
+    let admin_files = match admin {
+        Some(_) => ADMIN_CONNECTIONS as u64 + crate::files::PER_WORKER,
+        None => 0,
+    };
+    let per_worker = connections_per_worker(files, workers, admin_files);
     let server = HttpServer::new(move || {
         http::app(app_state.clone())
             .configure(::relay::configure(ws.clone()))
@@ -180,6 +191,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         println!("listening on {addr}");
         tracing::info!(%addr, "listening");
     }
+    let admin = admin.map(|(admin, addrs)| {
+        for addr in addrs {
+            println!("admin listening on {addr}");
+            tracing::info!(%addr, "admin listening");
+        }
+        let handle = admin.handle();
+        actix_rt::spawn(admin);
+        handle
+    });
     let server = server.run();
     let handle = server.handle();
     let mut server = actix_rt::spawn(server);
@@ -201,6 +221,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 .map_err(|e| ServeError::Server(std::io::Error::other(e)))
         }
     };
+    if let Some(admin) = admin {
+        admin.stop(true).await;
+    }
     housekeeping.abort();
     if let Some(leases) = leases {
         // Released leases pass to the other nodes at once instead of after their TTL.
@@ -216,12 +239,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 /// How many connections each HTTP worker may hold: what the open-files limit leaves once
 /// the hub's own files and a reserve for those it opens later are counted (see
 /// [`crate::files`]), logged with the limit.
-fn connections_per_worker(files: Option<crate::files::Limit>, workers: usize) -> usize {
+/// `elsewhere` descriptors are kept for the admin address's worker and connections.
+fn connections_per_worker(
+    files: Option<crate::files::Limit>,
+    workers: usize,
+    elsewhere: u64,
+) -> usize {
     let (Some(limit), Some(open)) = (files, crate::files::open_now()) else {
         tracing::warn!("the open-files limit cannot be read: connections are not capped by it");
         return UNCAPPED_PER_WORKER;
     };
-    let per_worker = crate::files::connection_cap(limit.now, open, workers);
+    let per_worker =
+        crate::files::connection_cap(limit.now.saturating_sub(elsewhere), open, workers);
     tracing::info!(
         limit = limit.now,
         raised_from = limit.was,
@@ -231,6 +260,28 @@ fn connections_per_worker(files: Option<crate::files::Limit>, workers: usize) ->
         "open files: sockets may take what the store's files leave"
     );
     per_worker
+}
+
+/// The server of `--admin-listen`, bound, and its addresses: the operators' routes alone,
+/// on one worker with [`ADMIN_CONNECTIONS`] connections of its own.
+fn admin_server(
+    addr: &str,
+    state: http::AppState,
+) -> Result<(actix_web::dev::Server, Vec<std::net::SocketAddr>), ServeError> {
+    let server =
+        HttpServer::new(move || actix_web::App::new().configure(http::admin(state.clone())))
+            .disable_signals()
+            .workers(1)
+            .max_connections(ADMIN_CONNECTIONS)
+            .shutdown_timeout(1)
+            .client_request_timeout(Duration::from_secs(5))
+            .bind(addr)
+            .map_err(|source| ServeError::Listen {
+                addr: addr.to_string(),
+                source,
+            })?;
+    let addrs = server.addrs();
+    Ok((server.run(), addrs))
 }
 
 /// Forgets rate-limit buckets that are full again, so idle clients cost no memory.

@@ -61,6 +61,8 @@ pub struct Hub {
     open_files: Option<u64>,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
+    /// `http://ADDR` of `--admin-listen`, when the hub was given one.
+    pub admin: Option<String>,
     /// What the hub wrote on standard error (its logs), collected in the background.
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
@@ -85,6 +87,7 @@ impl Hub {
             args,
             open_files: None,
             base: String::new(),
+            admin: None,
             stderr: Default::default(),
         };
         hub.spawn();
@@ -102,6 +105,7 @@ impl Hub {
             args: args.iter().map(|s| s.to_string()).collect(),
             open_files: Some(limit),
             base: String::new(),
+            admin: None,
             stderr: Default::default(),
         };
         hub.spawn();
@@ -147,7 +151,9 @@ impl Hub {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(addr) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(addr.to_string());
+                    let _ = tx.send((false, addr.to_string()));
+                } else if let Some(addr) = line.strip_prefix("admin listening on ") {
+                    let _ = tx.send((true, addr.to_string()));
                 }
             }
         });
@@ -161,11 +167,17 @@ impl Hub {
             }
         });
         self.child = Some(child);
-        let addr = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(addr) => addr,
-            Err(_) => panic!("the hub did not start; its log:\n{}", self.log()),
-        };
-        self.base = format!("http://{addr}");
+        let wants_admin = self.args.iter().any(|a| a.starts_with("--admin-listen"));
+        self.admin = None;
+        let mut main = None;
+        while main.is_none() || (wants_admin && self.admin.is_none()) {
+            match rx.recv_timeout(START_TIMEOUT) {
+                Ok((false, addr)) => main = Some(addr),
+                Ok((true, addr)) => self.admin = Some(format!("http://{addr}")),
+                Err(_) => panic!("the hub did not start; its log:\n{}", self.log()),
+            }
+        }
+        self.base = format!("http://{}", main.unwrap_or_default());
         let client = Client::new();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {

@@ -1,6 +1,6 @@
 //! A hub near its open-files limit: a flood of connections takes at most what the store's
-//! files leave, the players' own connections are still served, and once the flood goes
-//! new connections are served again.
+//! files leave, the players' own connections are still served, probes reach its admin
+//! address, and once the flood goes new connections are served again.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -55,7 +55,8 @@ fn open_files(pid: u32) -> u64 {
 
 #[test]
 fn a_flood_of_connections_leaves_the_store_its_files_and_passes() {
-    let hub = Hub::start_with_open_files(LIMIT, &[]);
+    let hub = Hub::start_with_open_files(LIMIT, &["--admin-listen", "127.0.0.1:0"]);
+    let admin = hub.admin.clone().expect("the hub prints its admin address");
     let pid = hub.pid().expect("the hub runs");
     let c = Client::new();
     let g = Seated::new(&hub, &c, "flood", "pipehub:tic-tac-toe");
@@ -91,6 +92,18 @@ fn a_flood_of_connections_leaves_the_store_its_files_and_passes() {
     );
     // The players are still served, and the store still writes.
     assert_eq!(raw_move(&mut player, &g, "O", 1, 0), 201);
+    // A probe on a new connection to the admin address is answered, though the main
+    // address takes no new connection now; the admin address serves nothing else.
+    let probe = Client::new();
+    assert_eq!(probe.get(&format!("{admin}/readyz")).status, 200);
+    let metrics = probe.get(&format!("{admin}/metrics"));
+    assert!(
+        metrics.body.contains("process_open_fds"),
+        "{}",
+        metrics.body
+    );
+    let elsewhere = probe.get(&format!("{admin}{}", g.path("")));
+    assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
     let log = hub.log();
     assert!(
         !log.contains("Too many open files"),

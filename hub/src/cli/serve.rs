@@ -41,6 +41,12 @@ pub struct Args {
     )]
     pub listen: String,
 
+    /// Also serve /healthz, /readyz and /metrics, and nothing else, on this address, with
+    /// a few connections of its own outside the connection cap: probes and scrapes then
+    /// reach a hub whose sockets are at the cap. Printed as `admin listening on ADDR`.
+    #[arg(long, env = "PIPEHUB_ADMIN_LISTEN", value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+
     /// Directory of the embedded store and of the generated hub secret. Created if absent.
     #[arg(
         long,
@@ -169,6 +175,7 @@ impl Args {
     pub fn into_config(self) -> Config {
         Config {
             listen: self.listen,
+            admin_listen: self.admin_listen,
             data: self.data,
             redis: self.redis,
             secret: self.secret,

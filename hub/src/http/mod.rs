@@ -123,6 +123,20 @@ pub fn app(
         })
 }
 
+/// The operators' application of `--admin-listen`: `/healthz`, `/readyz` and `/metrics`
+/// alone, the same handlers as the main application's (`App::new().configure(admin(..))`).
+pub fn admin(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        cfg.app_data(web::Data::new(state));
+        ops_routes(cfg);
+        cfg.default_service(web::to(|| async {
+            Err::<HttpResponse, _>(ApiError::not_found(
+                "the admin address serves /healthz, /readyz and /metrics only",
+            ))
+        }));
+    }
+}
+
 /// A resource whose unmatched methods answer 405 in JSON with an `Allow` header.
 fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
     web::resource(path).default_service(web::to(move || async move {
@@ -174,7 +188,12 @@ fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/pair", "POST").route(web::post().to(games::pair)))
     .service(resource("/v1/protocols", "GET").route(web::get().to(ops::protocols)))
     .service(resource("/v1/openapi.json", "GET").route(web::get().to(ops::openapi)))
-    .service(resource("/metrics", "GET").route(web::get().to(ops::metrics)))
-    .service(resource("/healthz", "GET").route(web::get().to(ops::healthz)))
-    .service(resource("/readyz", "GET").route(web::get().to(ops::readyz)));
+    .configure(ops_routes);
+}
+
+/// `/metrics`, `/healthz` and `/readyz`: on the main address, and alone on the admin one.
+fn ops_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/metrics", "GET").route(web::get().to(ops::metrics)))
+        .service(resource("/healthz", "GET").route(web::get().to(ops::healthz)))
+        .service(resource("/readyz", "GET").route(web::get().to(ops::readyz)));
 }
