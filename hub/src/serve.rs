@@ -187,7 +187,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         source,
     })?;
     for addr in server.addrs() {
-        // The one line on standard output: tests and scripts read the chosen port here.
+        // Standard output holds this line (and the admin address's, below) alone: tests
+        // and scripts read the chosen ports there.
         println!("listening on {addr}");
         tracing::info!(%addr, "listening");
     }
