@@ -44,6 +44,8 @@ pub struct Config {
     pub pairing_limit: RateSpec,
     /// Open seated games one person may host at once.
     pub max_open_games: u64,
+    /// WebSockets one client address (an IPv6 /64) may hold open; 0: no cap.
+    pub max_sockets_per_address: u32,
     /// Captures one game may have.
     pub max_captures_per_game: u64,
     /// Proxies whose `X-Forwarded-For` is believed.
@@ -71,6 +73,7 @@ impl Default for Config {
             rate_limit: RateSpec::DEFAULT_EVENTS,
             pairing_limit: RateSpec::DEFAULT_PAIRING,
             max_open_games: 20,
+            max_sockets_per_address: 256,
             max_captures_per_game: 10_000,
             trusted_proxies: Vec::new(),
             default_protocol: games::Registry::DEFAULT_REF.into(),

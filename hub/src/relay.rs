@@ -14,9 +14,11 @@
 //! call. What this module deliberately does not do: speak the wire protocol (the relay
 //! crate does) or judge anything (the engine does).
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use ::relay::{Failure, Games, Outcome, SeatRef, StateFrame};
+use ::relay::{Failure, Games, Outcome, SeatRef, SocketCap, StateFrame};
+use actix_web::HttpRequest;
 use async_trait::async_trait;
 use games::{Seat, Viewer};
 use serde_json::Value;
@@ -29,18 +31,28 @@ use crate::metrics::Metrics;
 use crate::rooms::{Cause, Publication, Rooms, Watchers};
 
 /// The relay of a running hub, ready to mount with `::relay::configure`; its sessions
-/// close as going away once `shutdown` turns true.
+/// close as going away once `shutdown` turns true. A client (by its address, through the
+/// hub's trusted proxies) may hold at most `sockets_per_client` sockets open, if given.
 pub fn relay(
     state: &AppState,
     rooms: ::relay::Rooms,
     shutdown: tokio::sync::watch::Receiver<bool>,
+    sockets_per_client: Option<NonZeroU32>,
 ) -> ::relay::Relay {
     let games = HubGames {
         hub: state.hub.clone(),
         limiter: state.events.clone(),
         metrics: state.metrics.clone(),
     };
-    ::relay::Relay::new(Arc::new(games), rooms).with_shutdown(shutdown)
+    let relay = ::relay::Relay::new(Arc::new(games), rooms).with_shutdown(shutdown);
+    match sockets_per_client {
+        None => relay,
+        Some(n) => {
+            let state = state.clone();
+            let address = move |req: &HttpRequest| crate::http::address(&state, req);
+            relay.with_socket_cap(SocketCap::new(n, Arc::new(address)))
+        }
+    }
 }
 
 /// The engine's rooms, feeding the relay's, and in a cluster the other nodes' rooms.
@@ -236,6 +248,13 @@ impl Games for HubGames {
         } else {
             self.metrics.websocket_connections.dec();
         }
+    }
+
+    fn socket_refused(&self) {
+        self.metrics
+            .rate_limited
+            .with_label_values(&["sockets"])
+            .inc();
     }
 }
 

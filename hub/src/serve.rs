@@ -11,6 +11,7 @@
 //! This module owns no logic of its own: it builds things and hands them to one another.
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -154,7 +155,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     let app_state = state.clone();
     let (going_away, ws_shutdown) = tokio::sync::watch::channel(false);
-    let ws = crate::relay::relay(&state, ws_rooms, ws_shutdown);
+    let ws = crate::relay::relay(
+        &state,
+        ws_rooms,
+        ws_shutdown,
+        NonZeroU32::new(config.max_sockets_per_address),
+    );
     // Bound first, so that its listener is among the files the main server's cap counts.
     let admin = match &config.admin_listen {
         Some(addr) => Some(admin_server(addr, state.clone())?),

@@ -5,7 +5,8 @@
 //! relay with one call. A request that is not a WebSocket upgrade, or another method,
 //! is answered in the same JSON error shape as the rest of the API.
 //!
-//! The endpoint does nothing but the handshake; everything after it is the session's.
+//! The endpoint does nothing but the handshake, and the per-client cap on open sockets
+//! ([`SocketCap`]); everything after it is the session's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use actix_web::{http::header, web, HttpRequest, HttpResponse};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::cap::SocketCap;
 use crate::rooms::Rooms;
 use crate::service::Games;
 use crate::session;
@@ -26,6 +28,8 @@ pub struct Relay {
     pub(crate) heartbeat: Heartbeat,
     /// Turns true as the server shuts down: every session then closes as "going away".
     pub(crate) shutdown: Option<watch::Receiver<bool>>,
+    /// The most sockets one client may hold open, if any.
+    pub(crate) cap: Option<SocketCap>,
 }
 
 /// How often a session pings its client, and how long a silent client is kept.
@@ -51,6 +55,7 @@ impl Relay {
             rooms,
             heartbeat: Heartbeat::default(),
             shutdown: None,
+            cap: None,
         }
     }
 
@@ -66,6 +71,12 @@ impl Relay {
     /// The same relay with another heartbeat (tests use short ones).
     pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Relay {
         self.heartbeat = heartbeat;
+        self
+    }
+
+    /// The same relay with a cap on the sockets one client may hold open at once.
+    pub fn with_socket_cap(mut self, cap: SocketCap) -> Relay {
+        self.cap = Some(cap);
         self
     }
 
@@ -95,11 +106,27 @@ pub fn configure(relay: Relay) -> impl FnOnce(&mut web::ServiceConfig) {
                    game.resign, game.board, game.subscribe from the client; hello.ok, \
                    game.state, game.refused, error from the hub), as in DESIGN.md section 5.",
     responses((status = 101, description = "switched to the WebSocket relay"),
-              (status = 400, description = "not a WebSocket upgrade")))]
+              (status = 400, description = "not a WebSocket upgrade"),
+              (status = 429, description = "this client holds the most open sockets it may")))]
 pub async fn ws(req: HttpRequest, body: web::Payload, relay: web::Data<Relay>) -> HttpResponse {
     match actix_ws::handle(&req, body) {
         Ok((response, socket, stream)) => {
-            actix_web::rt::spawn(session::run(relay.get_ref().clone(), socket, stream));
+            // Refused after the handshake was checked, so a request that is no upgrade is
+            // told so whatever its client holds; nothing was sent yet, and the socket and
+            // its stream are dropped unused.
+            let admitted = match &relay.cap {
+                None => None,
+                Some(cap) => match cap.admit(&req) {
+                    Some(admitted) => Some(admitted),
+                    None => return too_many_sockets(&relay, cap),
+                },
+            };
+            actix_web::rt::spawn(session::run(
+                relay.get_ref().clone(),
+                socket,
+                stream,
+                admitted,
+            ));
             response
         }
         Err(e) => HttpResponse::BadRequest().json(json!({
@@ -108,3 +135,21 @@ pub async fn ws(req: HttpRequest, body: web::Payload, relay: web::Data<Relay>) -
         })),
     }
 }
+
+/// 429 `rate_limited`: the client holds the most sockets it may. Retry-After is a guess,
+/// since no budget refills: a slot comes back only when one of its sockets closes.
+fn too_many_sockets(relay: &Relay, cap: &SocketCap) -> HttpResponse {
+    relay.games.socket_refused();
+    HttpResponse::TooManyRequests()
+        .insert_header((header::RETRY_AFTER, RETRY_SOCKET_SECS.to_string()))
+        .json(json!({
+            "error": "rate_limited",
+            "detail": format!(
+                "sockets: this client holds as many open sockets as it may ({}); close one first",
+                cap.per_client()
+            ),
+        }))
+}
+
+/// The Retry-After of a socket refused for its client's cap.
+const RETRY_SOCKET_SECS: u64 = 5;

@@ -15,10 +15,14 @@
 //! the connection that presented them, and never sees a raw board: every state it carries
 //! was redacted for its viewer before it got here.
 //!
-//! What it deliberately does not do: adjudicate, rate-limit on its own (the service charges
-//! the same per-person budget as HTTP), or keep history for reconnecting clients (a client
+//! It caps the sockets one client may hold open ([`cap`]), since a socket, unlike a
+//! request, holds its connection for as long as the client likes.
+//!
+//! What it deliberately does not do: adjudicate, rate-limit events on its own (the service
+//! charges the same per-person budget as HTTP), or keep history for reconnecting clients (a client
 //! that reconnects says `hello` again and gets the current state, which is complete).
 
+pub mod cap;
 pub mod endpoint;
 pub mod page;
 pub mod rooms;
@@ -26,6 +30,7 @@ pub mod service;
 pub mod session;
 pub mod wire;
 
+pub use cap::{Admitted, Client, SocketCap};
 pub use endpoint::{configure, ws, Heartbeat, Relay};
 pub use rooms::{Cause, Delivery, Rooms, Subscription, Views, Watchers};
 pub use service::{Failure, Games, Outcome, SeatRef};

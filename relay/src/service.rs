@@ -88,4 +88,7 @@ pub trait Games: Send + Sync + 'static {
 
     /// A socket opened (`true`) or closed (`false`).
     fn connection(&self, _opened: bool) {}
+
+    /// A socket was refused because its client holds the most it may.
+    fn socket_refused(&self) {}
 }

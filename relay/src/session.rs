@@ -53,6 +53,7 @@ use futures_util::Sink;
 use games::Seat;
 use tokio::sync::watch;
 
+use crate::cap::Admitted;
 use crate::endpoint::{Heartbeat, Relay};
 use crate::rooms::{Cause, Delivery, Subscription};
 use crate::service::{Failure, Outcome, SeatRef};
@@ -123,8 +124,15 @@ impl Drop for Connected {
     }
 }
 
-/// Runs one connection until either side closes it.
-pub async fn run(relay: Relay, socket: actix_ws::Session, stream: MessageStream) {
+/// Runs one connection until either side closes it. `admitted` is its slot under its
+/// client's cap, given back when the session ends.
+pub async fn run(
+    relay: Relay,
+    socket: actix_ws::Session,
+    stream: MessageStream,
+    admitted: Option<Admitted>,
+) {
+    let _admitted = admitted;
     relay.games.connection(true);
     let _connected = Connected(relay.clone());
     let relay_shutdown = relay.shutdown.clone();

@@ -514,3 +514,87 @@ async fn a_stopping_hub_closes_its_sockets_as_going_away() {
         "the hub took {took:?} to stop"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_cap_of_sockets_and_gets_a_slot_back_when_one_closes() {
+    // Clients are named by X-Forwarded-For through a trusted proxy, as behind a real one.
+    let hub = Hub::start(&[
+        "--trusted-proxy",
+        "127.0.0.1",
+        "--max-sockets-per-address",
+        "2",
+    ]);
+    let c = Client::new();
+    let g = ttt(&hub, &c, "ws-cap");
+
+    let mut first = Ws::connect_as(&hub, "203.0.113.7").await.expect("first");
+    let second = Ws::connect_as(&hub, "203.0.113.7").await.expect("second");
+    let (status, retry_after, body) = Ws::connect_as(&hub, "203.0.113.7")
+        .await
+        .err()
+        .expect("a third socket from the same address is refused");
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"], "rate_limited", "{body}");
+    assert!(
+        body["detail"].as_str().is_some_and(|d| d.contains('2')),
+        "{body}"
+    );
+    assert!(
+        retry_after.is_some_and(|s| s.parse::<u64>().is_ok_and(|n| n >= 1)),
+        "a refusal says when to try again"
+    );
+    // The same /64 is the same client; another address or /64 is not.
+    let mut v6 = Ws::connect_as(&hub, "2001:db8:7:7::1").await.expect("v6");
+    let _v6b = Ws::connect_as(&hub, "2001:db8:7:7::2")
+        .await
+        .expect("v6, 2");
+    assert_eq!(
+        Ws::connect_as(&hub, "2001:db8:7:7:ffff::3")
+            .await
+            .err()
+            .map(|e| e.0),
+        Some(429)
+    );
+    let _other = Ws::connect_as(&hub, "203.0.113.8")
+        .await
+        .expect("another address");
+    // Loopback clients (here: no forwarded address) are the host's own, and not counted.
+    let mut own = Vec::new();
+    for _ in 0..4 {
+        own.push(Ws::connect(&hub).await);
+    }
+
+    // The sockets that were admitted work as any other.
+    let (ok, _) = first.hello(Some(&g.x)).await;
+    assert_eq!(ok["seat"], "X");
+    let (ok, _) = v6.hello(None).await;
+    assert_eq!(ok["seat"], Value::Null);
+
+    // A closed socket gives its slot back (once the hub has seen it close).
+    second.close().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        match Ws::connect_as(&hub, "203.0.113.7").await {
+            Ok(ws) => break ws,
+            Err((429, _, _)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the slot never came back: {e:?}"),
+        }
+    };
+    drop(again);
+
+    // Operators see the refusals.
+    let refused = c.get(&hub.url("/metrics")).body;
+    let line = refused
+        .lines()
+        .find(|l| l.starts_with("pipehub_rate_limited_requests_total{limit=\"sockets\"}"))
+        .unwrap_or_else(|| panic!("no sockets line in the metrics:\n{refused}"));
+    let n: f64 = line
+        .rsplit_once(' ')
+        .expect("a value")
+        .1
+        .parse()
+        .expect("a number");
+    assert!(n >= 2.0, "{line}");
+}

@@ -93,6 +93,17 @@ pub struct Args {
     )]
     pub max_open_games: u64,
 
+    /// WebSockets one client (an IPv4 address or an IPv6 /64, through trusted proxies) may
+    /// hold open at once; a further upgrade gets 429 (0: no cap). Loopback clients are
+    /// not counted: they are this host's own, such as a load generator.
+    #[arg(
+        long,
+        env = "PIPEHUB_MAX_SOCKETS_PER_ADDRESS",
+        default_value_t = 256,
+        value_name = "N"
+    )]
+    pub max_sockets_per_address: u32,
+
     /// Captures (accepted or not) one game may have; further posts get 409.
     #[arg(
         long,
@@ -181,6 +192,7 @@ impl Args {
             secret: self.secret,
             rate_limit: self.rate_limit,
             max_open_games: self.max_open_games,
+            max_sockets_per_address: self.max_sockets_per_address,
             max_captures_per_game: self.max_captures_per_game,
             trusted_proxies: self.trusted_proxy,
             default_protocol: self.default_protocol,
@@ -273,6 +285,8 @@ mod tests {
             "0",
             "--meta-pacing-us",
             "500",
+            "--max-sockets-per-address",
+            "0",
         ])
         .expect("valid flags");
         let c = w.args.into_config();
@@ -283,6 +297,12 @@ mod tests {
         assert_eq!(c.inbox_pacing, Pacing::OFF);
         assert_eq!(c.meta_pacing.interval, Duration::from_micros(500));
         assert_eq!(c.meta_pacing.siblings, meta::PACING.siblings);
+        assert_eq!(c.max_sockets_per_address, 0, "0 turns the cap off");
+        let defaults = Wrapper::try_parse_from(["serve"]).expect("no flags").args;
+        assert_eq!(
+            defaults.into_config().max_sockets_per_address,
+            Config::default().max_sockets_per_address
+        );
         assert!(Wrapper::try_parse_from(["serve", "--rate-limit", "fast"]).is_err());
         assert!(Wrapper::try_parse_from(["serve", "--trusted-proxy", "nope"]).is_err());
         assert!(Wrapper::try_parse_from(["serve", "--inbox-pacing-us", "100001"]).is_err());

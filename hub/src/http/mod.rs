@@ -30,6 +30,7 @@ use futures_util::future::{self, Either, FutureExt};
 use ipnet::IpNet;
 
 pub use error::{ApiError, ErrorBody};
+pub use extract::address;
 pub use openapi::ApiDoc;
 
 use crate::game::Hub;

@@ -122,6 +122,7 @@ pub struct Outcome {
     pub rss_before: Option<u64>,
     pub rate_limited: u64,
     pub open_games_cap: u64,
+    pub sockets_cap: u64,
     pub first_error: Option<String>,
 }
 
@@ -263,6 +264,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         rss_before: Some(rss_before),
         rate_limited: Stats::get(&stats.rate_limited),
         open_games_cap: Stats::get(&stats.open_games_cap),
+        sockets_cap: Stats::get(&stats.sockets_cap),
         first_error: stats.first_error(),
     })
 }
@@ -298,6 +300,13 @@ impl Outcome {
                 self.open_games_cap, self.report.games
             ));
         }
+        if self.sockets_cap > 0 {
+            advice.push(format!(
+                "the hub refused {} WebSockets for its per-address cap: raise `pipehub serve --max-sockets-per-address` to at least {} (0: no cap), or run the load generator on the hub's host, whose loopback clients are not counted",
+                self.sockets_cap,
+                2 * self.report.games
+            ));
+        }
         if self.seated < self.report.games {
             advice.push(format!(
                 "only {} of {} games were seated when the clock started",
@@ -320,5 +329,39 @@ mod tests {
         // A kernel too old to count steal, or a text without a cpu line.
         assert_eq!(steal_ticks("cpu  1 2 3 4 5 6 7\n"), None);
         assert_eq!(steal_ticks("intr 1 2 3\n"), None);
+    }
+
+    #[test]
+    fn each_limit_of_the_hub_that_refused_the_run_is_named_with_its_flag() {
+        let outcome = |rate_limited, open_games_cap, sockets_cap| Outcome {
+            report: Report {
+                games: 300,
+                duration_s: 1.0,
+                moves: 10,
+                moves_per_s: 10.0,
+                refused: 0,
+                errors: 0,
+                latency_ms: Percentiles::default(),
+                hub_rss_bytes: None,
+                hub_rss_seated_bytes: None,
+                machine_steal_s: None,
+                cpu_s: CpuSeconds::default(),
+            },
+            seated: 300,
+            rss_before: None,
+            rate_limited,
+            open_games_cap,
+            sockets_cap,
+            first_error: None,
+        };
+        assert!(outcome(0, 0, 0).limit_advice().is_empty());
+        let advice = outcome(1, 2, 3).limit_advice().join("\n");
+        for flag in [
+            "--rate-limit",
+            "--max-open-games` to at least 300",
+            "--max-sockets-per-address` to at least 600",
+        ] {
+            assert!(advice.contains(flag), "{flag}: {advice}");
+        }
     }
 }

@@ -33,6 +33,8 @@ pub struct Stats {
     pub rate_limited: AtomicU64,
     /// Times the hub refused to open a game because of its open-games cap.
     pub open_games_cap: AtomicU64,
+    /// Times the hub refused a WebSocket because this client held the most it may.
+    pub sockets_cap: AtomicU64,
     latency: Mutex<Histogram<u64>>,
     first_error: Mutex<Option<String>>,
 }
@@ -58,6 +60,7 @@ impl Stats {
             errors: AtomicU64::new(0),
             rate_limited: AtomicU64::new(0),
             open_games_cap: AtomicU64::new(0),
+            sockets_cap: AtomicU64::new(0),
             latency: Mutex::new(histogram),
             first_error: Mutex::new(None),
         }

@@ -245,6 +245,12 @@ async fn connect(shared: &Shared) -> Result<Ws, String> {
         tokio_tungstenite::connect_async_with_config(shared.ws_url.as_str(), Some(config), true);
     match timeout(CONNECT_TIMEOUT, attempt).await {
         Ok(Ok((ws, _))) => Ok(ws),
+        Ok(Err(tokio_tungstenite::tungstenite::Error::Http(response)))
+            if response.status() == 429 =>
+        {
+            Stats::count(&shared.stats.sockets_cap);
+            Err("429: the hub's cap on sockets per address".into())
+        }
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out".into()),
     }

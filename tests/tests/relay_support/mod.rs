@@ -60,6 +60,42 @@ impl Ws {
         }
     }
 
+    /// A socket as if from `client`, through a proxy the hub trusts (the hub must be
+    /// started with `--trusted-proxy 127.0.0.1`): `Err` holds a refused upgrade's status,
+    /// Retry-After and body.
+    pub async fn connect_as(hub: &Hub, client: &str) -> Result<Ws, (u16, Option<String>, Value)> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        use tokio_tungstenite::tungstenite::Error;
+        let url = format!("{}/v1/ws", hub.base.replacen("http://", "ws://", 1));
+        let mut request = url.into_client_request().expect("a request");
+        request
+            .headers_mut()
+            .insert("x-forwarded-for", client.parse().expect("a header value"));
+        let attempt = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(request))
+            .await
+            .expect("the handshake finishes in time");
+        match attempt {
+            Ok((socket, _)) => Ok(Ws {
+                socket,
+                frames: Vec::new(),
+            }),
+            Err(Error::Http(response)) => {
+                let retry_after = response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let body = response
+                    .body()
+                    .as_deref()
+                    .and_then(|b| serde_json::from_slice(b).ok())
+                    .unwrap_or(Value::Null);
+                Err((response.status().as_u16(), retry_after, body))
+            }
+            Err(e) => panic!("the upgrade failed below HTTP: {e}"),
+        }
+    }
+
     /// A client whose socket has a tiny receive buffer, so that not reading soon shows at
     /// the hub as a client that does not keep up.
     pub async fn connect_small(hub: &Hub) -> Ws {
