@@ -48,16 +48,25 @@ impl Game {
 }
 
 impl Ws {
-    pub async fn connect(hub: &Hub) -> Ws {
-        let url = format!("{}/v1/ws", hub.base.replacen("http://", "ws://", 1));
-        let (socket, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
-            .await
-            .expect("the handshake finishes in time")
-            .expect("the relay accepts the WebSocket");
+    fn new(socket: WebSocketStream<MaybeTlsStream<TcpStream>>) -> Ws {
         Ws {
             socket,
             frames: Vec::new(),
         }
+    }
+
+    /// The hub's relay address.
+    fn url(hub: &Hub) -> String {
+        format!("{}/v1/ws", hub.base.replacen("http://", "ws://", 1))
+    }
+
+    pub async fn connect(hub: &Hub) -> Ws {
+        let (socket, _) =
+            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(Ws::url(hub)))
+                .await
+                .expect("the handshake finishes in time")
+                .expect("the relay accepts the WebSocket");
+        Ws::new(socket)
     }
 
     /// A socket as if from `client`, through a proxy the hub trusts (the hub must be
@@ -66,8 +75,7 @@ impl Ws {
     pub async fn connect_as(hub: &Hub, client: &str) -> Result<Ws, (u16, Option<String>, Value)> {
         use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         use tokio_tungstenite::tungstenite::Error;
-        let url = format!("{}/v1/ws", hub.base.replacen("http://", "ws://", 1));
-        let mut request = url.into_client_request().expect("a request");
+        let mut request = Ws::url(hub).into_client_request().expect("a request");
         request
             .headers_mut()
             .insert("x-forwarded-for", client.parse().expect("a header value"));
@@ -75,10 +83,7 @@ impl Ws {
             .await
             .expect("the handshake finishes in time");
         match attempt {
-            Ok((socket, _)) => Ok(Ws {
-                socket,
-                frames: Vec::new(),
-            }),
+            Ok((socket, _)) => Ok(Ws::new(socket)),
             Err(Error::Http(response)) => {
                 let retry_after = response
                     .headers()
@@ -115,10 +120,7 @@ impl Ws {
         .await
         .expect("the handshake finishes in time")
         .expect("the relay accepts the WebSocket");
-        Ws {
-            socket,
-            frames: Vec::new(),
-        }
+        Ws::new(socket)
     }
 
     /// Reads until the hub closes the socket or `deadline` passes; returns how many text
