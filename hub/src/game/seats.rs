@@ -698,7 +698,7 @@ impl Seats {
 
     /// A fresh code for X before pairing; the old one dies.
     pub async fn new_code(&self, auth: &SeatAuth, ttl_ms: u64) -> Result<(String, u64), HubError> {
-        let mut reg = Registration::clone(&*self.owned_unpaired(auth)?);
+        let mut reg = Registration::clone(&*self.owned_unpaired(auth).await?);
         let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
         if let Some(old) = reg.code_hash.replace(hash) {
             self.retire_code(&old, &auth.inbox, &auth.game).await?;
@@ -707,14 +707,20 @@ impl Seats {
         Ok((code, expires_ms))
     }
 
-    /// X's registration while still unpaired; errors otherwise.
-    fn owned_unpaired(&self, auth: &SeatAuth) -> Result<Arc<Registration>, HubError> {
+    /// X's registration while still unpaired; errors otherwise. A game that is not open
+    /// here is read from the store: it finished (and was paired: 409, not 404), or another
+    /// hub node created it.
+    async fn owned_unpaired(&self, auth: &SeatAuth) -> Result<Arc<Registration>, HubError> {
         if auth.seat != Seat::X {
             return Err(HubError::Forbidden("only the host (X) may do this".into()));
         }
-        let reg = self
-            .registration(&auth.inbox, &auth.game)
-            .ok_or_else(|| HubError::NotFound("no such seated game".into()))?;
+        let reg = match self.registration(&auth.inbox, &auth.game) {
+            Some(reg) => reg,
+            None => self
+                .stored_registration(&auth.inbox, &auth.game)
+                .await?
+                .ok_or_else(|| HubError::NotFound("no such seated game".into()))?,
+        };
         if reg.paired {
             return Err(HubError::AlreadyPaired);
         }
@@ -723,7 +729,7 @@ impl Seats {
 
     /// Cancels an unpaired game: its id, X's token and its code stop working.
     pub async fn cancel(&self, auth: &SeatAuth) -> Result<(), HubError> {
-        let reg = self.owned_unpaired(auth)?;
+        let reg = self.owned_unpaired(auth).await?;
         if let Some(old) = &reg.code_hash {
             self.retire_code(old, &auth.inbox, &auth.game).await?;
         }

@@ -451,6 +451,12 @@ impl Hub {
         self.engine.seats.open_games(person)
     }
 
+    /// Whether the game is among the open ones this hub caches.
+    #[cfg(test)]
+    pub(crate) fn engine_holds_open(&self, inbox: &str, game: &str) -> bool {
+        self.engine.seats.registration(inbox, game).is_some()
+    }
+
     #[cfg(test)]
     pub(crate) async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> usize {
         self.engine
@@ -658,6 +664,10 @@ impl Hub {
 /// A public key as a seat registers it: 64 lowercase hex, a point of large order.
 fn check_key(k: &str) -> Result<(), HubError> {
     crypto::public_key(k).map(|_| ()).ok_or_else(|| {
-        HubError::BadRequest("key: 64 lowercase hex characters of an Ed25519 public key".into())
+        HubError::BadRequest(
+            "key: 64 lowercase hex characters of an Ed25519 public key that is a point of \
+             large order (not a small-order point such as all zeros)"
+                .into(),
+        )
     })
 }

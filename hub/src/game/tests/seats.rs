@@ -106,6 +106,24 @@ async fn seat_rules_are_checked_before_the_inbox() {
         f.inbox.count(INBOX, &x.game).await.expect("count"),
         before + 1
     );
+
+    // Finished, the game leaves the open ones; its host's token still names it, and a new
+    // code or a cancel is refused as for any paired game, not as an unknown one.
+    for _ in 0..200 {
+        if !f.hub.engine_holds_open(INBOX, &x.game) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!f.hub.engine_holds_open(INBOX, &x.game));
+    assert!(matches!(
+        f.hub.new_code(&x).await,
+        Err(HubError::AlreadyPaired)
+    ));
+    assert!(matches!(
+        f.hub.cancel(&x).await,
+        Err(HubError::AlreadyPaired)
+    ));
 }
 
 #[actix_rt::test]
