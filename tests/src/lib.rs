@@ -12,7 +12,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -23,6 +23,23 @@ use serde_json::Value;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// The timeout of every request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Waits for `child` to exit, at most `within`; past that it kills it and returns `None`,
+/// so a test that runs another program always ends.
+pub fn wait_within(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("a child process can be waited for") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// The path of the `pipehub` binary, built once per test run. `PIPEHUB_BIN` overrides it.
 pub fn pipehub_bin() -> PathBuf {

@@ -35,20 +35,8 @@ fn loadgen(hub: &Hub, args: &[&str], within: Duration) -> (i32, Value) {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("pipehub loadgen starts");
-    let deadline = Instant::now() + within;
-    let status = loop {
-        if let Some(status) = child
-            .try_wait()
-            .expect("the load generator can be waited on")
-        {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("pipehub loadgen ran longer than {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let Some(status) = pipehub_tests::wait_within(&mut child, within) else {
+        panic!("pipehub loadgen ran longer than {within:?}");
     };
     let text = std::fs::read_to_string(&out_path).expect("the report is readable");
     let report = serde_json::from_str(&text)

@@ -10,7 +10,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SETUP: &str = "run scripts/test, which creates it with \
     `python3 -m venv .venv/oracle && .venv/oracle/bin/pip install aigenora==0.1.4`";
@@ -61,16 +61,8 @@ fn run(program: &Path, args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        match child.try_wait().expect("waiting for a child process") {
-            Some(status) => break status,
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                panic!("{} {args:?} did not finish within 60 s", program.display());
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
+    let Some(status) = pipehub_tests::wait_within(&mut child, Duration::from_secs(60)) else {
+        panic!("{} {args:?} did not finish within 60 s", program.display());
     };
     let mut stdout = String::new();
     let mut stderr = String::new();

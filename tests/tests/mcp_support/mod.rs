@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -78,20 +78,11 @@ pub fn drive(scenario: &str, hub: &str, states: &[&Path], work: &Path, deadline:
     cmd.stdout(std::fs::File::create(&stdout_path).expect("a file"))
         .stderr(std::fs::File::create(&stderr_path).expect("a file"));
     let mut child = cmd.spawn().expect("the driver starts");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the driver can be waited for") {
-            break status;
-        }
-        if started.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the {scenario} scenario took over {deadline:?}; its stderr:\n{}",
-                read(&stderr_path)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let Some(status) = pipehub_tests::wait_within(&mut child, deadline) else {
+        panic!(
+            "the {scenario} scenario took over {deadline:?}; its stderr:\n{}",
+            read(&stderr_path)
+        );
     };
     let stdout = read(&stdout_path);
     assert!(
