@@ -80,7 +80,7 @@ pub fn posted_response(posted: Posted) -> HttpResponse {
     path = "/v1/inboxes/{inbox}/events",
     tag = "events",
     params(("inbox" = String, Path, description = "inbox name")),
-    request_body(content = Object, description = "one event (DESIGN.md section 1), at most 4096 bytes", content_type = "application/json"),
+    request_body(content = super::openapi::EventSchema, description = "one event (DESIGN.md section 1), at most 4096 bytes", content_type = "application/json"),
     responses(
         (status = 201, description = "accepted", body = PostedBody),
         (status = 202, description = "pending, skipped or held", body = PostedBody),

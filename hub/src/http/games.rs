@@ -30,7 +30,9 @@ pub struct CreateGameBody {
     pub rules: Option<Map<String, Value>>,
     /// Signed play (default true).
     pub signed: Option<bool>,
-    /// X's Ed25519 public key (64 hex) when X's agent holds its own key.
+    /// X's Ed25519 public key (64 lowercase hex, a point of large order) when X's agent
+    /// holds its own key.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub key: Option<String>,
 }
 
@@ -40,7 +42,9 @@ pub struct CreateGameBody {
 pub struct PairBody {
     /// The 8-character pairing code.
     pub code: String,
-    /// O's Ed25519 public key (64 hex) when O's agent holds its own key.
+    /// O's Ed25519 public key (64 lowercase hex, a point of large order) when O's agent
+    /// holds its own key.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub key: Option<String>,
 }
 
@@ -49,11 +53,19 @@ pub struct PairBody {
 #[serde(deny_unknown_fields)]
 pub struct GamesQuery {
     /// `waiting`, `paired` or `started`.
+    #[param(schema_with = phase_schema)]
     pub phase: Option<String>,
     /// The `next` cursor of the previous page.
     pub after: Option<String>,
     /// At most this many (default 100, at most 1000).
     pub limit: Option<usize>,
+}
+
+fn phase_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(["waiting", "paired", "started"]))
+        .build()
 }
 
 /// Games of an inbox, newest first, a page at a time.
@@ -258,11 +270,11 @@ pub async fn new_code(
 /// A hub-held seat's move: `{"move"}` (rock-paper-scissors: `{"choice"}`).
 #[utoipa::path(post, path = "/v1/inboxes/{inbox}/games/{game}/moves", tag = "seats",
     params(("inbox" = String, Path, description = "inbox name"), ("game" = String, Path, description = "game id")),
-    request_body(content = Object, description = "`{\"move\": …}` or `{\"choice\": …}`", content_type = "application/json"),
+    request_body(content = super::openapi::MoveBodySchema, description = "`{\"move\": …}` or `{\"choice\": …}`", content_type = "application/json"),
     responses((status = 201, description = "accepted", body = PostedBody),
               (status = 202, description = "pending or held", body = PostedBody),
               (status = 409, description = "agent_held or not_started", body = ErrorBody),
-              (status = 422, description = "rejected by the referee", body = PostedBody),
+              (status = 422, description = "rejected by the referee (the capture is kept), or a choice refused before the inbox", body = super::openapi::MoveRefusedSchema),
               (status = 429, description = "rate limited", body = ErrorBody)),
     security(("seat_token" = [])))]
 pub async fn post_move(

@@ -5,8 +5,17 @@
 //! which compares the document's paths with the route table. Game states are described as
 //! objects whose fields DESIGN.md section 5 lists (`game.state`); they are the engine's
 //! types and are not re-declared here.
+//!
+//! What holds for every route is added once, by [`Conventions`]: the shape of inbox names
+//! and game ids in paths, and the errors every seat route and every JSON body can get.
+//! An event's schema ([`event_schema`]) says what section 1 says of its shape; what only
+//! the referee can judge (a move's legality, rules in range) is a 422, never a schema.
 
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use serde_json::json;
+use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::error::ErrorBody;
@@ -45,10 +54,14 @@ use super::{events, games, ops};
         ops::readyz,
         ::relay::endpoint::ws,
     ),
-    components(schemas(ErrorBody, PostedBody, CreateGameBody, PairBody, Health, ProtocolInfo, ProtocolList)),
-    modifiers(&SeatToken)
+    components(schemas(ErrorBody, EventSchema, MoveBodySchema, MoveRefusedSchema, PostedBody, CreateGameBody, PairBody, Health, ProtocolInfo, ProtocolList)),
+    modifiers(&SeatToken, &Conventions)
 )]
 pub struct ApiDoc;
+
+/// Inbox names and game ids: 1–128 characters of `A-Z a-z 0-9 . _ : -`, the first a
+/// letter or digit (DESIGN.md section 1).
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$";
 
 /// Declares the `seat_token` bearer scheme the seat routes use.
 struct SeatToken;
@@ -61,6 +74,238 @@ impl Modify for SeatToken {
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
     }
+}
+
+/// What every route shares, written once rather than on each handler: the pattern of the
+/// `inbox` and `game` path parameters (and the 400 a malformed inbox name gets), the 401
+/// of a route that takes a seat token, and the 400, 413 and 415 of a JSON body. A status
+/// a handler documents itself keeps its own description. It also names the protocols a
+/// new game may ask for.
+struct Conventions;
+
+const BAD_INBOX: &str = "`bad_request`: an inbox name not of the pattern above";
+const NO_TOKEN: &str =
+    "`unauthorized`: no seat token where one is needed, or one this hub does not know";
+const BAD_BODY: &str = "the body is refused before any game logic: `bad_json`, \
+                        `duplicate_key`, `bad_number` or `schema`";
+const TOO_LARGE: &str = "`too_large`: a body over its limit";
+const NOT_JSON: &str = "`unsupported_media_type`: send the body as Content-Type: \
+                        application/json";
+
+impl Modify for Conventions {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let seat_token = SecurityRequirement::new("seat_token", Vec::<String>::new());
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ];
+            for op in operations.into_iter().flatten() {
+                let mut has_inbox = false;
+                for p in op.parameters.iter_mut().flatten() {
+                    let named = matches!(&*p.name, "inbox" | "game");
+                    if p.parameter_in == ParameterIn::Path && named {
+                        p.schema = Some(RefOr::T(name_schema()));
+                        has_inbox |= p.name == "inbox";
+                    }
+                }
+                if has_inbox {
+                    error(op, "400", BAD_INBOX);
+                }
+                if op.security.iter().flatten().any(|s| *s == seat_token) {
+                    error(op, "401", NO_TOKEN);
+                }
+                if op.request_body.is_some() {
+                    error(op, "400", BAD_BODY);
+                    error(op, "413", TOO_LARGE);
+                    error(op, "415", NOT_JSON);
+                }
+            }
+        }
+        let components = openapi.components.get_or_insert_with(Default::default);
+        if let Some(RefOr::T(Schema::Object(body))) = components.schemas.get_mut("CreateGameBody") {
+            // Null, like absence, means the hub's default.
+            let mut refs: Vec<serde_json::Value> = ::games::Registry::builtin()
+                .iter()
+                .flat_map(|p| p.refs().to_vec())
+                .map(serde_json::Value::from)
+                .collect();
+            refs.push(serde_json::Value::Null);
+            let protocol = ObjectBuilder::new()
+                .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+                .enum_values(Some(refs))
+                .description(Some(
+                    "A protocol ref (see /v1/protocols); the hub's default when absent or null.",
+                ))
+                .build();
+            body.properties
+                .insert("protocol".into(), RefOr::T(Schema::Object(protocol)));
+        }
+    }
+}
+
+/// Adds an error response unless the handler documented that status itself.
+fn error(op: &mut Operation, status: &str, description: &str) {
+    op.responses
+        .responses
+        .entry(status.to_string())
+        .or_insert_with(|| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        utoipa::openapi::ContentBuilder::new()
+                            .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                                "ErrorBody",
+                            ))))
+                            .build(),
+                    )
+                    .build(),
+            )
+        });
+}
+
+fn name_schema() -> Schema {
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(NAME_PATTERN))
+            .min_length(Some(1))
+            .max_length(Some(128))
+            .build(),
+    )
+}
+
+/// A schema written as JSON rather than derived from a type: `$name` in the document,
+/// built by `$build`.
+macro_rules! written_schema {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $build:ident) => {
+        $(#[$doc])*
+        pub struct $ty;
+
+        impl utoipa::PartialSchema for $ty {
+            fn schema() -> RefOr<Schema> {
+                RefOr::T($build())
+            }
+        }
+
+        impl utoipa::ToSchema for $ty {
+            fn name() -> std::borrow::Cow<'static, str> {
+                $name.into()
+            }
+        }
+    };
+}
+
+written_schema!(
+    /// The body of `POST …/events` (see [`event_schema`]).
+    EventSchema,
+    "Event",
+    event_schema
+);
+
+written_schema!(
+    /// The body of `POST …/moves` (see [`move_body_schema`]).
+    MoveBodySchema,
+    "MoveBody",
+    move_body_schema
+);
+
+written_schema!(
+    /// A refused move's 422 (see [`move_refused_schema`]).
+    MoveRefusedSchema,
+    "MoveRefused",
+    move_refused_schema
+);
+
+/// A move's 422 takes one of two shapes: a refereed rejection, whose capture is kept
+/// (`PostedBody`, with the true state), or a rock-paper-scissors choice refused before it
+/// reaches the inbox (`ErrorBody`: the hub holds choices, and a bad one is never written).
+fn move_refused_schema() -> Schema {
+    let doc = json!({
+        "anyOf": [
+            {"$ref": "#/components/schemas/PostedBody"},
+            {"$ref": "#/components/schemas/ErrorBody"},
+        ],
+    });
+    serde_json::from_value(doc).expect("the refused move's schema is a schema")
+}
+
+/// A hub-held seat's move: `{"move": …}`, the protocol's payload, or in
+/// rock-paper-scissors `{"choice": …}`, which the hub commits and reveals for the seat.
+fn move_body_schema() -> Schema {
+    let doc = json!({
+        "oneOf": [
+            {
+                "type": "object",
+                "title": "move",
+                "properties": {"move": {"type": "object", "description": "the protocol's move payload (see /v1/protocols)"}},
+                "required": ["move"],
+                "additionalProperties": false,
+            },
+            {
+                "type": "object",
+                "title": "choice",
+                "properties": {"choice": {"type": "string", "enum": ["rock", "paper", "scissors"]}},
+                "required": ["choice"],
+                "additionalProperties": false,
+            },
+        ],
+    });
+    serde_json::from_value(doc).expect("the move body's schema is a schema")
+}
+
+/// An event as section 1 of DESIGN.md shapes it, one schema per action: a start carries no
+/// `move` and may carry `protocol` and `rules`; a move carries `move`; a resign carries
+/// neither. Numbers anywhere are integers within ±(2^53−1), and the whole body is at most
+/// 4096 bytes, which no schema here can say.
+fn event_schema() -> Schema {
+    let common = json!({
+        "game": {"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": 128},
+        "seq": {"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991_u64},
+        "prevHash": {"type": "string", "pattern": "^([0-9a-f]{64})?$",
+                     "description": "`\"\"` on a start, else the lowercase hex SHA-256 of the previous event's canonical bytes"},
+        "player": {"type": "string", "enum": ["X", "O"]},
+        "status": {"type": "string", "enum": ["in_progress", "win", "draw"],
+                   "description": "an optional claim of the state after this event"},
+        "sig": {"type": "string", "pattern": "^[0-9a-f]{128}$",
+                "description": "lowercase hex Ed25519 signature over the canonical bytes (the event without `sig`, by RFC 8785)"},
+    });
+    let variant = |action: &str, extra: serde_json::Value, required: &[&str]| {
+        let mut properties = common.clone();
+        let props = properties.as_object_mut().expect("an object");
+        props.insert("action".into(), json!({"type": "string", "enum": [action]}));
+        if let serde_json::Value::Object(extra) = extra {
+            props.extend(extra);
+        }
+        let mut all = vec!["game", "seq", "prevHash", "player", "action"];
+        all.extend_from_slice(required);
+        json!({
+            "type": "object",
+            "title": action,
+            "properties": properties,
+            "required": all,
+            "additionalProperties": false,
+        })
+    };
+    let doc = json!({
+        "description": "One event (DESIGN.md section 1), at most 4096 bytes.",
+        "oneOf": [
+            variant("start", json!({
+                "protocol": {"type": "string", "description": "a protocol ref; the hub's default when absent"},
+                "rules": {"type": "object", "description": "the protocol's parameters, plus optional `keys` and `inboxes`"},
+            }), &[]),
+            variant("move", json!({
+                "move": {"type": "object", "description": "the protocol's move payload (see /v1/protocols)"},
+            }), &["move"]),
+            variant("resign", json!({}), &[]),
+        ],
+    });
+    serde_json::from_value(doc).expect("the event schema is a schema")
 }
 
 #[cfg(test)]
