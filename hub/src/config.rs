@@ -46,6 +46,9 @@ pub struct Config {
     pub max_open_games: u64,
     /// WebSockets one client address (an IPv6 /64) may hold open; 0: no cap.
     pub max_sockets_per_address: u32,
+    /// TCP connections one peer address (an IPv6 /64) may hold open, trusted proxies and
+    /// loopback aside; 0: no cap.
+    pub max_connections_per_address: u32,
     /// Captures one game may have.
     pub max_captures_per_game: u64,
     /// Proxies whose `X-Forwarded-For` is believed.
@@ -74,6 +77,7 @@ impl Default for Config {
             pairing_limit: RateSpec::DEFAULT_PAIRING,
             max_open_games: 20,
             max_sockets_per_address: 256,
+            max_connections_per_address: 512,
             max_captures_per_game: 10_000,
             trusted_proxies: Vec::new(),
             default_protocol: games::Registry::DEFAULT_REF.into(),

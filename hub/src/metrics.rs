@@ -48,8 +48,9 @@ pub struct Metrics {
     /// `pipehub_verdict_to_relay_seconds`: from a verdict to its views handed to the room.
     pub verdict_to_relay: Histogram,
     /// `pipehub_rate_limited_requests_total{limit}`: requests the limiter refused; `limit`
-    /// is `events` (the per-person event budget), `pairing` (failed pairing attempts) or
-    /// `sockets` (WebSockets refused for their client's cap).
+    /// is `events` (the per-person event budget), `pairing` (failed pairing attempts),
+    /// `sockets` (WebSockets refused for their client's cap) or `connections` (TCP
+    /// connections closed for their peer's cap).
     pub rate_limited: IntCounterVec,
     /// `pipehub_pairing_failures_total{reason}`: pairing attempts with an unknown, used or
     /// expired code.

@@ -50,7 +50,7 @@ pub fn relay(
         Some(n) => {
             let state = state.clone();
             let address = move |req: &HttpRequest| crate::http::address(&state, req);
-            relay.with_socket_cap(SocketCap::new(n, Arc::new(address)))
+            relay.with_socket_cap(SocketCap::new(n), Arc::new(address))
         }
     }
 }

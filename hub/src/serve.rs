@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::HttpServer;
 
+mod connections;
 mod metered;
 
 use crate::config::{Config, ConfigError};
@@ -172,10 +173,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         None => 0,
     };
     let per_worker = connections_per_worker(files, workers, admin_files);
+    let connection_cap = NonZeroU32::new(config.max_connections_per_address).map(|n| {
+        Arc::new(connections::ConnectionCap::new(
+            n,
+            Arc::new(config.trusted_proxies.clone()),
+            metrics.rate_limited.with_label_values(&["connections"]),
+        ))
+    });
     let server = HttpServer::new(move || {
         http::app(app_state.clone())
             .configure(::relay::configure(ws.clone()))
             .configure(::relay::page::configure)
+    })
+    .on_connect(move |io, data| {
+        if let Some(cap) = &connection_cap {
+            cap.on_connect(io, data);
+        }
     })
     .disable_signals()
     .workers(workers)

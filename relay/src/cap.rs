@@ -2,25 +2,22 @@
 //!
 //! A socket of the relay lives as long as its client keeps it, so without a cap one
 //! client could take every connection the hub may hold (about 20,000 here) and leave none
-//! for anybody else. [`SocketCap`] counts the open sockets of each client and refuses the
-//! upgrade (429 `rate_limited`) past the most one may hold; [`Admitted`], held by the
-//! session for its life, gives the slot back when the socket closes, however it closes.
+//! for anybody else. [`SocketCap`] counts the open sockets of each client and refuses one
+//! past the most a client may hold; [`Admitted`], held for the socket's life, gives the
+//! slot back when the socket closes, however it closes. The relay caps its WebSockets
+//! with one (a refused upgrade gets 429 `rate_limited`); the hub caps its TCP connections
+//! with another, counted by peer address as each connection is accepted, so that
+//! connections that never become a WebSocket are capped too.
 //!
-//! A client is its address as the hub sees it (through trusted proxies only), an IPv4
-//! address or an IPv6 /64, since one IPv6 host commonly holds a whole /64. Clients on a
-//! loopback address are not counted: they are the host's own (a load generator, a local
-//! agent, or a reverse proxy the hub was not told to trust, through which every client
-//! would look like one).
-//!
-//! What it deliberately does not do: count TCP connections that never become a
-//! WebSocket. Those hold their slot for at most the server's request timeout, and
-//! limiting them per address belongs in front of the hub (a proxy or a firewall).
+//! A client is an IPv4 address or an IPv6 /64, since one IPv6 host commonly holds a whole
+//! /64. Clients on a loopback address are not counted: they are the host's own (a load
+//! generator, a local agent, or a reverse proxy the hub was not told to trust, through
+//! which every client would look like one).
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use actix_web::HttpRequest;
 use dashmap::DashMap;
 
 /// Whom a socket belongs to, for counting: an IPv4 address or an IPv6 /64.
@@ -44,24 +41,19 @@ impl Client {
     }
 }
 
-/// The client address of a request, as the hub reckons it (through its trusted proxies).
-pub type AddressOf = dyn Fn(&HttpRequest) -> IpAddr + Send + Sync;
-
 /// The per-client cap on open sockets. Cheap to clone; clones share the counts.
 #[derive(Clone)]
 pub struct SocketCap {
     per_client: NonZeroU32,
     open: Arc<DashMap<Client, u32>>,
-    address: Arc<AddressOf>,
 }
 
 impl SocketCap {
-    /// At most `per_client` open sockets a client; `address` says whose a request is.
-    pub fn new(per_client: NonZeroU32, address: Arc<AddressOf>) -> SocketCap {
+    /// At most `per_client` open sockets a client.
+    pub fn new(per_client: NonZeroU32) -> SocketCap {
         SocketCap {
             per_client,
             open: Arc::new(DashMap::new()),
-            address,
         }
     }
 
@@ -70,10 +62,10 @@ impl SocketCap {
         self.per_client.get()
     }
 
-    /// Takes a slot for a socket of the request's client, or `None` when that client holds
+    /// Takes a slot for a socket of the client at `ip`, or `None` when that client holds
     /// the most it may. A loopback client always gets one, uncounted.
-    pub fn admit(&self, req: &HttpRequest) -> Option<Admitted> {
-        let Some(client) = Client::of((self.address)(req)) else {
+    pub fn admit(&self, ip: IpAddr) -> Option<Admitted> {
+        let Some(client) = Client::of(ip) else {
             return Some(Admitted(None));
         };
         let mut open = self.open.entry(client).or_insert(0);
@@ -111,46 +103,26 @@ impl Drop for Admitted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::test::TestRequest;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("an address")
     }
 
     fn cap(per_client: u32) -> SocketCap {
-        // The tests name the client in a header, as a trusted proxy would.
-        SocketCap::new(
-            NonZeroU32::new(per_client).expect("a cap"),
-            Arc::new(|req: &HttpRequest| {
-                req.headers()
-                    .get("x-client")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(ip("127.0.0.1"))
-            }),
-        )
-    }
-
-    fn from(client: &str) -> HttpRequest {
-        TestRequest::default()
-            .insert_header(("x-client", client))
-            .to_http_request()
+        SocketCap::new(NonZeroU32::new(per_client).expect("a cap"))
     }
 
     #[test]
     fn a_client_gets_its_cap_and_a_slot_back_as_each_socket_closes() {
         let cap = cap(2);
-        let a = cap.admit(&from("203.0.113.7")).expect("first");
-        let b = cap.admit(&from("203.0.113.7")).expect("second");
-        assert!(
-            cap.admit(&from("203.0.113.7")).is_none(),
-            "a third is refused"
-        );
+        let a = cap.admit(ip("203.0.113.7")).expect("first");
+        let b = cap.admit(ip("203.0.113.7")).expect("second");
+        assert!(cap.admit(ip("203.0.113.7")).is_none(), "a third is refused");
         // Another client is counted apart.
-        let other = cap.admit(&from("203.0.113.8")).expect("another client");
+        let other = cap.admit(ip("203.0.113.8")).expect("another client");
         drop(a);
-        let c = cap.admit(&from("203.0.113.7")).expect("a slot came back");
-        assert!(cap.admit(&from("203.0.113.7")).is_none());
+        let c = cap.admit(ip("203.0.113.7")).expect("a slot came back");
+        assert!(cap.admit(ip("203.0.113.7")).is_none());
         drop((b, c, other));
         assert_eq!(cap.clients(), 0, "clients without sockets are forgotten");
     }
@@ -158,22 +130,22 @@ mod tests {
     #[test]
     fn an_ipv6_client_is_its_slash_64_and_a_mapped_ipv4_is_the_ipv4() {
         let cap = cap(1);
-        let _a = cap.admit(&from("2001:db8:1:2::1")).expect("first");
+        let _a = cap.admit(ip("2001:db8:1:2::1")).expect("first");
         assert!(
-            cap.admit(&from("2001:db8:1:2:ffff::9")).is_none(),
+            cap.admit(ip("2001:db8:1:2:ffff::9")).is_none(),
             "the same /64"
         );
-        let _b = cap.admit(&from("2001:db8:1:3::1")).expect("another /64");
-        let _c = cap.admit(&from("198.51.100.1")).expect("first");
-        assert!(cap.admit(&from("::ffff:198.51.100.1")).is_none());
+        let _b = cap.admit(ip("2001:db8:1:3::1")).expect("another /64");
+        let _c = cap.admit(ip("198.51.100.1")).expect("first");
+        assert!(cap.admit(ip("::ffff:198.51.100.1")).is_none());
     }
 
     #[test]
     fn loopback_clients_are_not_counted() {
         let cap = cap(1);
         let held: Vec<Admitted> = (0..5)
-            .map(|_| cap.admit(&from("127.0.0.1")).expect("loopback"))
-            .chain((0..5).map(|_| cap.admit(&from("::1")).expect("loopback")))
+            .map(|_| cap.admit(ip("127.0.0.1")).expect("loopback"))
+            .chain((0..5).map(|_| cap.admit(ip("::1")).expect("loopback")))
             .collect();
         assert_eq!(held.len(), 10);
         assert_eq!(cap.clients(), 0);

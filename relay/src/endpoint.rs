@@ -20,6 +20,9 @@ use crate::rooms::Rooms;
 use crate::service::Games;
 use crate::session;
 
+/// The client address of a request, as the hub reckons it (through its trusted proxies).
+pub type AddressOf = dyn Fn(&HttpRequest) -> std::net::IpAddr + Send + Sync;
+
 /// The relay as the HTTP app holds it. Cheap to clone.
 #[derive(Clone)]
 pub struct Relay {
@@ -29,7 +32,7 @@ pub struct Relay {
     /// Turns true as the server shuts down: every session then closes as "going away".
     pub(crate) shutdown: Option<watch::Receiver<bool>>,
     /// The most sockets one client may hold open, if any.
-    pub(crate) cap: Option<SocketCap>,
+    pub(crate) cap: Option<(SocketCap, Arc<AddressOf>)>,
 }
 
 /// How often a session pings its client, and how long a silent client is kept.
@@ -74,9 +77,10 @@ impl Relay {
         self
     }
 
-    /// The same relay with a cap on the sockets one client may hold open at once.
-    pub fn with_socket_cap(mut self, cap: SocketCap) -> Relay {
-        self.cap = Some(cap);
+    /// The same relay with a cap on the sockets one client may hold open at once; `address`
+    /// says whose a request is.
+    pub fn with_socket_cap(mut self, cap: SocketCap, address: Arc<AddressOf>) -> Relay {
+        self.cap = Some((cap, address));
         self
     }
 
@@ -116,7 +120,7 @@ pub async fn ws(req: HttpRequest, body: web::Payload, relay: web::Data<Relay>) -
             // its stream are dropped unused.
             let admitted = match &relay.cap {
                 None => None,
-                Some(cap) => match cap.admit(&req) {
+                Some((cap, address)) => match cap.admit(address(&req)) {
                     Some(admitted) => Some(admitted),
                     None => return too_many_sockets(&relay, cap),
                 },

@@ -97,7 +97,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(e) = &outcome.first_error {
         eprintln!("pipehub loadgen: first error: {e}");
     }
-    let limited = outcome.rate_limited > 0 || outcome.open_games_cap > 0 || outcome.sockets_cap > 0;
+    let limited = outcome.rate_limited > 0
+        || outcome.open_games_cap > 0
+        || outcome.sockets_cap > 0
+        || outcome.connections_cap > 0;
     Ok(if limited || outcome.report.moves == 0 {
         1
     } else {

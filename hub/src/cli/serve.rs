@@ -104,6 +104,17 @@ pub struct Args {
     )]
     pub max_sockets_per_address: u32,
 
+    /// TCP connections one peer (an IPv4 address or an IPv6 /64) may hold open at once; a
+    /// further one is closed as it is accepted, unanswered (0: no cap). Trusted proxies
+    /// and loopback peers are not counted.
+    #[arg(
+        long,
+        env = "PIPEHUB_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 512,
+        value_name = "N"
+    )]
+    pub max_connections_per_address: u32,
+
     /// Captures (accepted or not) one game may have; further posts get 409.
     #[arg(
         long,
@@ -193,6 +204,7 @@ impl Args {
             rate_limit: self.rate_limit,
             max_open_games: self.max_open_games,
             max_sockets_per_address: self.max_sockets_per_address,
+            max_connections_per_address: self.max_connections_per_address,
             max_captures_per_game: self.max_captures_per_game,
             trusted_proxies: self.trusted_proxy,
             default_protocol: self.default_protocol,
@@ -287,6 +299,8 @@ mod tests {
             "500",
             "--max-sockets-per-address",
             "0",
+            "--max-connections-per-address",
+            "3",
         ])
         .expect("valid flags");
         let c = w.args.into_config();
@@ -298,10 +312,16 @@ mod tests {
         assert_eq!(c.meta_pacing.interval, Duration::from_micros(500));
         assert_eq!(c.meta_pacing.siblings, meta::PACING.siblings);
         assert_eq!(c.max_sockets_per_address, 0, "0 turns the cap off");
+        assert_eq!(c.max_connections_per_address, 3);
         let defaults = Wrapper::try_parse_from(["serve"]).expect("no flags").args;
+        let defaults = defaults.into_config();
         assert_eq!(
-            defaults.into_config().max_sockets_per_address,
+            defaults.max_sockets_per_address,
             Config::default().max_sockets_per_address
+        );
+        assert_eq!(
+            defaults.max_connections_per_address,
+            Config::default().max_connections_per_address
         );
         assert!(Wrapper::try_parse_from(["serve", "--rate-limit", "fast"]).is_err());
         assert!(Wrapper::try_parse_from(["serve", "--trusted-proxy", "nope"]).is_err());

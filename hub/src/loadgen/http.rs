@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 /// Requests in flight at once.
-const MAX_IN_FLIGHT: usize = 64;
+pub(super) const MAX_IN_FLIGHT: usize = 64;
 /// One request's time limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -123,6 +123,7 @@ pub struct Outcome {
     pub rate_limited: u64,
     pub open_games_cap: u64,
     pub sockets_cap: u64,
+    pub connections_cap: u64,
     pub first_error: Option<String>,
 }
 
@@ -265,6 +266,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         rate_limited: Stats::get(&stats.rate_limited),
         open_games_cap: Stats::get(&stats.open_games_cap),
         sockets_cap: Stats::get(&stats.sockets_cap),
+        connections_cap: Stats::get(&stats.connections_cap),
         first_error: stats.first_error(),
     })
 }
@@ -307,6 +309,13 @@ impl Outcome {
                 2 * self.report.games
             ));
         }
+        if self.connections_cap > 0 {
+            advice.push(format!(
+                "the hub closed {} connections as they opened, unanswered, as its cap on connections per address does: raise `pipehub serve --max-connections-per-address` to at least {} (0: no cap), or run the load generator on the hub's host, whose loopback connections are not counted",
+                self.connections_cap,
+                2 * self.report.games + http::MAX_IN_FLIGHT
+            ));
+        }
         if self.seated < self.report.games {
             advice.push(format!(
                 "only {} of {} games were seated when the clock started",
@@ -333,7 +342,7 @@ mod tests {
 
     #[test]
     fn each_limit_of_the_hub_that_refused_the_run_is_named_with_its_flag() {
-        let outcome = |rate_limited, open_games_cap, sockets_cap| Outcome {
+        let outcome = |rate_limited, open_games_cap, sockets_cap, connections_cap| Outcome {
             report: Report {
                 games: 300,
                 duration_s: 1.0,
@@ -352,14 +361,20 @@ mod tests {
             rate_limited,
             open_games_cap,
             sockets_cap,
+            connections_cap,
             first_error: None,
         };
-        assert!(outcome(0, 0, 0).limit_advice().is_empty());
-        let advice = outcome(1, 2, 3).limit_advice().join("\n");
+        assert!(outcome(0, 0, 0, 0).limit_advice().is_empty());
+        let advice = outcome(1, 2, 3, 4).limit_advice().join("\n");
+        let connections = format!(
+            "--max-connections-per-address` to at least {}",
+            600 + http::MAX_IN_FLIGHT
+        );
         for flag in [
             "--rate-limit",
             "--max-open-games` to at least 300",
             "--max-sockets-per-address` to at least 600",
+            &connections,
         ] {
             assert!(advice.contains(flag), "{flag}: {advice}");
         }

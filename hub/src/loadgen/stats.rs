@@ -35,6 +35,9 @@ pub struct Stats {
     pub open_games_cap: AtomicU64,
     /// Times the hub refused a WebSocket because this client held the most it may.
     pub sockets_cap: AtomicU64,
+    /// Connections the hub closed as they opened, unanswered: its cap on connections per
+    /// peer address.
+    pub connections_cap: AtomicU64,
     latency: Mutex<Histogram<u64>>,
     first_error: Mutex<Option<String>>,
 }
@@ -61,6 +64,7 @@ impl Stats {
             rate_limited: AtomicU64::new(0),
             open_games_cap: AtomicU64::new(0),
             sockets_cap: AtomicU64::new(0),
+            connections_cap: AtomicU64::new(0),
             latency: Mutex::new(histogram),
             first_error: Mutex::new(None),
         }

@@ -251,8 +251,34 @@ async fn connect(shared: &Shared) -> Result<Ws, String> {
             Stats::count(&shared.stats.sockets_cap);
             Err("429: the hub's cap on sockets per address".into())
         }
+        Ok(Err(e)) if closed_unanswered(&e) => {
+            Stats::count(&shared.stats.connections_cap);
+            Err(format!(
+                "the hub closed the connection unanswered, as its cap on connections per \
+                 address does (`pipehub serve --max-connections-per-address`): {e}"
+            ))
+        }
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out".into()),
+    }
+}
+
+/// Whether the hub closed a connection before it answered the handshake, as its cap on
+/// connections per peer address does (it shuts such a connection down as it accepts it).
+fn closed_unanswered(e: &tokio_tungstenite::tungstenite::Error) -> bool {
+    use std::io::ErrorKind;
+    use tokio_tungstenite::tungstenite::error::{Error, ProtocolError};
+    match e {
+        Error::Protocol(ProtocolError::HandshakeIncomplete) => true,
+        Error::ConnectionClosed | Error::AlreadyClosed => true,
+        Error::Io(io) => matches!(
+            io.kind(),
+            ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof
+        ),
+        _ => false,
     }
 }
 
@@ -433,5 +459,47 @@ async fn play(
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that shuts each connection down as it accepts it, as the hub does past
+    /// its cap on connections per address: the handshake fails in a way the load
+    /// generator counts as that cap.
+    #[tokio::test]
+    async fn a_connection_shut_as_it_is_accepted_is_the_hubs_connection_cap() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bound");
+        let addr = listener.local_addr().expect("an address");
+        let closer = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("accepted");
+            socket2::SockRef::from(&tcp)
+                .shutdown(std::net::Shutdown::Both)
+                .expect("shut down");
+            // Held until the client gave up, so the close is the shutdown's alone.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        });
+        let url = format!("ws://{addr}/v1/ws");
+        let failed = timeout(
+            Duration::from_secs(5),
+            tokio_tungstenite::connect_async(url.as_str()),
+        )
+        .await
+        .expect("no hang")
+        .expect_err("the handshake fails");
+        assert!(closed_unanswered(&failed), "{failed:?}");
+        closer.abort();
+
+        let refused = tokio_tungstenite::tungstenite::Error::Http(
+            tokio_tungstenite::tungstenite::http::Response::builder()
+                .status(429)
+                .body(None)
+                .expect("a response"),
+        );
+        assert!(!closed_unanswered(&refused), "a 429 is the socket cap's");
     }
 }
