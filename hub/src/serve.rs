@@ -184,27 +184,28 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         http::app(app_state.clone())
             .configure(::relay::configure(ws.clone()))
             .configure(::relay::page::configure)
-    })
-    .on_connect(move |io, data| {
-        if let Some(cap) = &connection_cap {
-            cap.on_connect(io, data);
-        }
-    })
-    .disable_signals()
-    .workers(workers)
-    .max_connections(per_worker)
-    .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
-    .max_connection_rate(1024)
-    // Frames are small and latency-bound (a move, then the opponent's board): without
-    // TCP_NODELAY a frame sent while the previous one awaits the client's delayed ACK
-    // waits up to 40 ms for it.
-    .tcp_nodelay(true)
-    .client_request_timeout(Duration::from_secs(10))
-    .bind(&config.listen)
-    .map_err(|source| ServeError::Listen {
-        addr: config.listen.clone(),
-        source,
-    })?;
+    });
+    // Without a cap, no `on_connect` at all: it gives every connection a data map.
+    let server = match connection_cap {
+        Some(cap) => server.on_connect(move |io, data| cap.on_connect(io, data)),
+        None => server,
+    };
+    let server = server
+        .disable_signals()
+        .workers(workers)
+        .max_connections(per_worker)
+        .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
+        .max_connection_rate(1024)
+        // Frames are small and latency-bound (a move, then the opponent's board): without
+        // TCP_NODELAY a frame sent while the previous one awaits the client's delayed ACK
+        // waits up to 40 ms for it.
+        .tcp_nodelay(true)
+        .client_request_timeout(Duration::from_secs(10))
+        .bind(&config.listen)
+        .map_err(|source| ServeError::Listen {
+            addr: config.listen.clone(),
+            source,
+        })?;
     for addr in server.addrs() {
         // Standard output holds this line (and the admin address's, below) alone: tests
         // and scripts read the chosen ports there.
