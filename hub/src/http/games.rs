@@ -273,9 +273,11 @@ pub async fn new_code(
     request_body(content = super::openapi::MoveBodySchema, description = "`{\"move\": …}` or `{\"choice\": …}`", content_type = "application/json"),
     responses((status = 201, description = "accepted", body = PostedBody),
               (status = 202, description = "pending or held", body = PostedBody),
-              (status = 409, description = "agent_held or not_started", body = ErrorBody),
+              (status = 403, description = "a token of another game", body = ErrorBody),
+              (status = 409, description = "agent_held, not_started or too_many_captures", body = ErrorBody),
               (status = 422, description = "rejected by the referee (the capture is kept), or a choice refused before the inbox", body = super::openapi::MoveRefusedSchema),
-              (status = 429, description = "rate limited", body = ErrorBody)),
+              (status = 429, description = "rate limited", body = ErrorBody),
+              (status = 503, description = "the store cannot take writes", body = ErrorBody)),
     security(("seat_token" = [])))]
 pub async fn post_move(
     state: web::Data<AppState>,
@@ -298,8 +300,10 @@ pub async fn post_move(
     responses((status = 201, description = "accepted", body = PostedBody),
               (status = 401, description = "no or unknown token", body = ErrorBody),
               (status = 403, description = "a token of another game", body = ErrorBody),
+              (status = 409, description = "agent_held, not_started or too_many_captures", body = ErrorBody),
               (status = 422, description = "rejected (e.g. after_end)", body = PostedBody),
-              (status = 429, description = "rate limited", body = ErrorBody)),
+              (status = 429, description = "rate limited", body = ErrorBody),
+              (status = 503, description = "the store cannot take writes", body = ErrorBody)),
     security(("seat_token" = [])))]
 pub async fn resign(
     state: web::Data<AppState>,

@@ -61,7 +61,7 @@ pub struct ApiDoc;
 
 /// Inbox names and game ids: 1–128 characters of `A-Z a-z 0-9 . _ : -`, the first a
 /// letter or digit (DESIGN.md section 1).
-pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$";
+const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$";
 
 /// Declares the `seat_token` bearer scheme the seat routes use.
 struct SeatToken;
@@ -77,11 +77,14 @@ impl Modify for SeatToken {
 }
 
 /// What every route shares, written once rather than on each handler: the pattern of the
-/// `inbox` and `game` path parameters (and the 400 a malformed inbox name gets), the 401
-/// of a route that takes a seat token, and the 400, 413 and 415 of a JSON body. A status
-/// a handler documents itself keeps its own description. It also names the protocols a
-/// new game may ask for.
+/// `inbox` and `game` path parameters (and the 400 a malformed inbox name gets where no
+/// seat token is checked first), the 401 of a route that takes a seat token, and the 400,
+/// 413 and 415 of a JSON body. A status a handler documents itself keeps its own
+/// description. It also names the protocols a new game may ask for.
 struct Conventions;
+
+/// What a move's payload is, in both schemas that carry one.
+const MOVE_PAYLOAD: &str = "the protocol's move payload (see /v1/protocols)";
 
 const BAD_INBOX: &str = "`bad_request`: an inbox name not of the pattern above";
 const NO_TOKEN: &str =
@@ -112,10 +115,15 @@ impl Modify for Conventions {
                         has_inbox |= p.name == "inbox";
                     }
                 }
-                if has_inbox {
+                let requirements = op.security.as_deref().unwrap_or_default();
+                // A route for seats alone checks the token, which names its inbox, first.
+                let seats_only =
+                    !requirements.is_empty() && requirements.iter().all(|s| *s == seat_token);
+                let takes_token = requirements.contains(&seat_token);
+                if has_inbox && !seats_only {
                     error(op, "400", BAD_INBOX);
                 }
-                if op.security.iter().flatten().any(|s| *s == seat_token) {
+                if takes_token {
                     error(op, "401", NO_TOKEN);
                 }
                 if op.request_body.is_some() {
@@ -243,7 +251,7 @@ fn move_body_schema() -> Schema {
             {
                 "type": "object",
                 "title": "move",
-                "properties": {"move": {"type": "object", "description": "the protocol's move payload (see /v1/protocols)"}},
+                "properties": {"move": {"type": "object", "description": MOVE_PAYLOAD}},
                 "required": ["move"],
                 "additionalProperties": false,
             },
@@ -300,7 +308,7 @@ fn event_schema() -> Schema {
                 "rules": {"type": "object", "description": "the protocol's parameters, plus optional `keys` and `inboxes`"},
             }), &[]),
             variant("move", json!({
-                "move": {"type": "object", "description": "the protocol's move payload (see /v1/protocols)"},
+                "move": {"type": "object", "description": MOVE_PAYLOAD},
             }), &["move"]),
             variant("resign", json!({}), &[]),
         ],
