@@ -598,3 +598,199 @@ async fn one_address_holds_at_most_its_cap_of_sockets_and_gets_a_slot_back_when_
         .expect("a number");
     assert!(n >= 2.0, "{line}");
 }
+
+/// A small deterministic generator (xorshift64*), so the random frames below are the same
+/// every run and a failure reproduces.
+struct Dice(u64);
+
+impl Dice {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+
+    /// Any JSON value, nested a little.
+    fn value(&mut self, depth: u32) -> Value {
+        match self.below(if depth > 2 { 6 } else { 8 }) {
+            0 => Value::Null,
+            1 => json!(self.below(2) == 0),
+            2 => json!(self.below(20) as i64 - 5),
+            3 => json!(*self.pick(&[1.5, -0.0, 1e300, 9_007_199_254_740_993.0])),
+            4 => json!(*self.pick(&["", "rock", "x", "g", "\u{0}", "ü"])),
+            5 => json!("y".repeat(self.below(60) as usize)),
+            6 => Value::Array((0..self.below(3)).map(|_| self.value(depth + 1)).collect()),
+            _ => {
+                let keys = [
+                    "t", "move", "ref", "row", "col", "choice", "token", "inbox", "game",
+                ];
+                let mut map = serde_json::Map::new();
+                for _ in 0..self.below(4) {
+                    map.insert((*self.pick(&keys)).into(), self.value(depth + 1));
+                }
+                Value::Object(map)
+            }
+        }
+    }
+
+    /// One client frame: mostly the relay's own messages with random or wrong fields,
+    /// sometimes not JSON at all.
+    fn frame(&mut self, tokens: &[String], games: &[(String, String)]) -> String {
+        match self.below(20) {
+            0 => "{".repeat(1 + self.below(40) as usize),
+            1 => "not json at all".into(),
+            2 => self.value(0).to_string(),
+            _ => {
+                let t = *self.pick(&[
+                    "hello",
+                    "game.move",
+                    "game.resign",
+                    "game.board",
+                    "game.subscribe",
+                    "game.jump",
+                ]);
+                let mut m = json!({ "t": t });
+                match t {
+                    "hello" if self.below(4) > 0 => {
+                        m["token"] = json!(self.pick(tokens));
+                    }
+                    "hello" => m["token"] = self.value(1),
+                    "game.move" => {
+                        m["move"] = match self.below(3) {
+                            0 => json!({"row": self.below(4), "col": self.below(4)}),
+                            1 => json!({"choice": self.pick(&["rock", "paper", "lizard"])}),
+                            _ => self.value(1),
+                        };
+                        m["ref"] = json!(format!("r{}", self.below(100)));
+                    }
+                    "game.subscribe" => {
+                        let (inbox, game) = self.pick(games).clone();
+                        m["inbox"] = json!(inbox);
+                        m["game"] = if self.below(5) > 0 {
+                            json!(game)
+                        } else {
+                            self.value(1)
+                        };
+                    }
+                    _ => {}
+                }
+                if self.below(6) == 0 {
+                    m[*self.pick(&["ref", "move", "extra", "t"])] = self.value(1);
+                }
+                m.to_string()
+            }
+        }
+    }
+}
+
+/// Random frames from several sockets at once, the same every run: each answer is one of
+/// the relay's messages with a reason code of its table, a socket is closed only after an
+/// `error` that says so, and the hub stays up with its games playable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_frames_get_answers_from_the_message_table_and_never_break_the_hub() {
+    let hub = Hub::start(&["--rate-limit", "1000000/1"]);
+    let c = Client::new();
+    let games: Vec<Game> = (0..4)
+        .map(|i| {
+            let protocol = if i % 2 == 0 { TTT } else { RPS };
+            Game::new(
+                &hub,
+                &c,
+                "fuzz",
+                json!({"protocol": protocol, "signed": i < 2}),
+            )
+        })
+        .collect();
+    let tokens: Vec<String> = games
+        .iter()
+        .flat_map(|g| [g.x.clone(), g.o.clone()])
+        .chain(["nope".to_string(), String::new()])
+        .collect();
+    let ids: Vec<(String, String)> = games
+        .iter()
+        .map(|g| (g.inbox.clone(), g.game.clone()))
+        .chain([("nope".to_string(), "nope".to_string())])
+        .collect();
+    // The relay's own codes and the hub's (as HTTP answers them); a refusal may also
+    // carry any reason of DESIGN.md sections 1-2.
+    let codes = [
+        "bad_json",
+        "schema",
+        "unknown_message",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "bad_request",
+        "rate_limited",
+        "agent_held",
+        "not_started",
+        "too_many_captures",
+        "unavailable",
+    ];
+
+    let sockets = (0..8u64).map(|n| {
+        let (hub, tokens, ids) = (&hub, &tokens, &ids);
+        async move {
+            let mut dice = Dice(0x9e37_79b9_7f4a_7c15 ^ (n + 1));
+            let mut ws = Ws::connect(hub).await;
+            let mut answers = 0;
+            for _ in 0..80 {
+                ws.send_text(dice.frame(tokens, ids)).await;
+                // Whatever came back by now, without waiting for anything in particular.
+                loop {
+                    let wait = tokio::time::Instant::now() + Duration::from_millis(20);
+                    match tokio::time::timeout_at(wait, ws.next()).await {
+                        Err(_) => break,
+                        Ok(None) => panic!("socket {n} closed without an error saying so"),
+                        Ok(Some(m)) => {
+                            answers += 1;
+                            let t = m["t"].as_str().unwrap_or_default().to_string();
+                            assert!(
+                                ["hello.ok", "game.state", "game.refused", "error"]
+                                    .contains(&t.as_str()),
+                                "{m}"
+                            );
+                            if t == "error" {
+                                assert_eq!(m["close"], false, "{m}");
+                            }
+                        }
+                    }
+                }
+            }
+            (ws, answers)
+        }
+    });
+    let results = futures_util::future::join_all(sockets).await;
+    let answered: usize = results.iter().map(|(_, a)| a).sum();
+    assert!(answered >= 8 * 80 / 2, "{answered} answers to 640 frames");
+    for (ws, _) in results {
+        for frame in &ws.frames {
+            let m: Value = serde_json::from_str(frame).expect("JSON");
+            if m["t"] == "error" || m["t"] == "game.refused" {
+                let code = m["error"].as_str().unwrap_or_default();
+                let refereed = games::Reason::ALL.iter().any(|r| r.code() == code);
+                assert!(codes.contains(&code) || refereed, "unknown code in {m}");
+            }
+        }
+        ws.close().await;
+    }
+
+    // The hub is up and every game still answers a seat.
+    assert_eq!(c.get(&hub.url("/healthz")).status, 200);
+    for g in &games {
+        let mut ws = Ws::connect(&hub).await;
+        let (ok, state) = ws.hello(Some(&g.x)).await;
+        assert_eq!(ok["seat"], "X", "{ok}");
+        assert!(state.is_some_and(|s| s["game"] == json!(g.game)));
+    }
+    assert!(!hub.log().contains("panicked"), "{}", hub.log());
+}
