@@ -115,7 +115,7 @@ impl Person {
 /// then the address is the right-most entry that is not itself a trusted proxy (entries to
 /// its left were written by the client and can be anything).
 pub fn client_address(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[IpNet]) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    let is_trusted = |ip: &IpAddr| is_trusted_proxy(*ip, trusted);
     if !is_trusted(&peer) {
         return peer;
     }
@@ -136,6 +136,11 @@ pub fn client_address(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[IpNe
         }
     }
     client
+}
+
+/// Whether `ip` is one of the `--trusted-proxy` networks.
+pub fn is_trusted_proxy(ip: IpAddr, trusted: &[IpNet]) -> bool {
+    trusted.iter().any(|net| net.contains(&ip))
 }
 
 /// A refusal by a limiter: try again after `retry_after_secs` whole seconds.

@@ -60,7 +60,7 @@ impl ConnectionCap {
         let Some(peer) = (self.peer_of)(tcp) else {
             return;
         };
-        if self.trusted_proxies.iter().any(|net| net.contains(&peer)) {
+        if crate::limits::is_trusted_proxy(peer, &self.trusted_proxies) {
             return;
         }
         match self.cap.admit(peer) {
