@@ -28,9 +28,10 @@
 //!
 //! The log is compacted at open when it has grown well past the live data: the live
 //! entries are written to a fresh segment, synced, and the old segments removed oldest
-//! first, so a crash at any point replays to the same map. An open holds about as many
-//! keys in memory as the running store: cold keys go to their runs as they are replayed,
-//! and the compaction copies values through a small buffer.
+//! first, so a crash at any point replays to the same map; a compaction that fails makes
+//! the open replay the log again and keep it as it is. An open holds about as many keys
+//! in memory as the running store: cold keys go to their runs as they are replayed, and
+//! the compaction copies values through a small buffer.
 //!
 //! The keys of seats and registrations, three of every game ever seated and read by a
 //! running hub only for finished games, and those of pairing codes, dead a day before the
@@ -271,13 +272,16 @@ fn compact_log(
     log: &mut SegmentLog,
     segments: &log::Segments,
 ) -> Result<u64, StoreError> {
-    const CHUNK: usize = 1 << 20;
+    // A megabyte; 256 bytes in tests, so that a compaction that fails has written some.
+    const CHUNK: usize = if cfg!(test) { 256 } else { 1 << 20 };
     log.roll()?;
     let (_, start) = log.reserve(0)?;
     let mut base = start;
     let mut buf = Vec::with_capacity(CHUNK + 4096);
     let mut spelled = [0u8; HASHED_LEN];
     let mut copy = |key: &Key, at: FramePos, buf: &mut Vec<u8>| -> Result<FramePos, StoreError> {
+        #[cfg(test)]
+        tests::copying()?;
         let value = segments.read(at)?;
         let text = std::str::from_utf8(key.text(&mut spelled))
             .map_err(|_| StoreError::Corrupt("a meta key is not UTF-8".into()))?;
@@ -332,6 +336,33 @@ fn unavailable() -> StoreError {
     StoreError::Unavailable("the meta store stopped taking writes after a failed write".into())
 }
 
+/// Why one try at opening the store gave none.
+enum NotOpened {
+    /// The log could not be compacted: another try, without compacting, may open it.
+    Compaction(StoreError),
+    Failed(StoreError),
+}
+
+impl NotOpened {
+    fn into_error(self) -> StoreError {
+        match self {
+            NotOpened::Compaction(e) | NotOpened::Failed(e) => e,
+        }
+    }
+}
+
+impl From<StoreError> for NotOpened {
+    fn from(e: StoreError) -> NotOpened {
+        NotOpened::Failed(e)
+    }
+}
+
+impl From<std::io::Error> for NotOpened {
+    fn from(e: std::io::Error) -> NotOpened {
+        NotOpened::Failed(e.into())
+    }
+}
+
 impl EmbeddedMeta {
     /// Opens (or creates) the meta store in `dir`; its files are `meta-*.log`, so it may
     /// share a directory with the inbox.
@@ -341,11 +372,37 @@ impl EmbeddedMeta {
 
     /// [`EmbeddedMeta::open`] with the writer's group-commit pacing given, and how many
     /// keys of a cold class gather in memory before they go cold (0: never).
+    ///
+    /// A log that cannot be compacted (no space left for the compacted copy, say) is
+    /// replayed again and kept as it is: the store opens, and the next open tries again.
     pub fn open_with(
         dir: &Path,
         pacing: log::Pacing,
         cold_keys: usize,
     ) -> Result<EmbeddedMeta, StoreError> {
+        match EmbeddedMeta::open_once(dir, pacing, cold_keys, true) {
+            Ok(meta) => Ok(meta),
+            Err(NotOpened::Compaction(e)) => {
+                tracing::warn!(error = %e, "cannot compact the meta log at open; it is replayed again and kept as it is");
+                EmbeddedMeta::open_once(dir, pacing, cold_keys, false)
+                    .map_err(NotOpened::into_error)
+            }
+            Err(NotOpened::Failed(e)) => Err(e),
+        }
+    }
+
+    /// One try at [`EmbeddedMeta::open_with`], compacting the log if `compact` and it is
+    /// worth it. A compaction that fails part way leaves the log a state that replays to
+    /// the same keys: the old segments whole (or, past the sync, those newer than the ones
+    /// removed) and after them a newest segment of copies of live values, maybe torn at
+    /// its end. What it did to the keys in memory and to the cache's runs is dropped with
+    /// this try.
+    fn open_once(
+        dir: &Path,
+        pacing: log::Pacing,
+        cold_keys: usize,
+        compact: bool,
+    ) -> Result<EmbeddedMeta, NotOpened> {
         let mut keys = RwLock::new(Keys {
             map: BTreeMap::new(),
             spillable: [0; CLASSES],
@@ -394,11 +451,12 @@ impl EmbeddedMeta {
                 .iter()
                 .map(|(k, at)| entry_bytes(k.len(), *at))
                 .sum::<u64>();
-        if merged.is_ok()
+        if compact
+            && merged.is_ok()
             && replayed.bytes > COMPACT_MIN_BYTES
             && replayed.bytes > COMPACT_RATIO * live
         {
-            let written = compact_log(now, &mut log, &segments)?;
+            let written = compact_log(now, &mut log, &segments).map_err(NotOpened::Compaction)?;
             tracing::info!(from = replayed.bytes, to = written, "meta log compacted");
         }
         tracing::info!(

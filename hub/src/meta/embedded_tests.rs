@@ -2,9 +2,28 @@
 //! reopens and compactions of the log at open, the replay's spills, the early lookup under
 //! the staging lock, group commit and durability.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use super::*;
+
+thread_local! {
+    /// How many values a compaction at open on this thread copies before it fails as on a
+    /// full disk (`None`: it does not fail).
+    static COPIES_LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Called by `compact_log` before it copies each value.
+pub(super) fn copying() -> Result<(), StoreError> {
+    COPIES_LEFT.with(|left| match left.get() {
+        Some(0) => Err(StoreError::Io(std::io::ErrorKind::StorageFull.into())),
+        Some(n) => {
+            left.set(Some(n - 1));
+            Ok(())
+        }
+        None => Ok(()),
+    })
+}
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
@@ -379,62 +398,102 @@ async fn a_replay_spills_as_it_goes_and_keeps_few_deletions() {
     assert_eq!(meta.scan("").await.expect("scan").len(), 40 + 40 + 4 + 1);
 }
 
+/// The bytes of a store's meta log, and how many segments it has.
+fn meta_log(dir: &Path) -> (u64, usize) {
+    let segments: Vec<u64> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry"))
+        .filter(|e| e.file_name().to_string_lossy().starts_with("meta-"))
+        .map(|e| e.metadata().expect("metadata").len())
+        .collect();
+    (segments.iter().sum(), segments.len())
+}
+
+/// Writes 24 seats' keys eight times over (spilled to runs as they go, four keys a run),
+/// deletes six, writes the first again, and one key that stays in memory; returns the
+/// seats' keys. The log is then far larger than the live data: the next open compacts it.
+async fn seats_rewritten(dir: &Path) -> Vec<String> {
+    let seats: Vec<String> = (0..24u8).map(|n| hashed(n, "seat/")).collect();
+    let meta = EmbeddedMeta::open_with(dir, PACING, 4).expect("open");
+    for round in 0..8 {
+        for (i, seat) in seats.iter().enumerate() {
+            let value = format!("{round}:{i}:{}", "x".repeat(100));
+            meta.put(seat, b(&value)).await.expect("put");
+        }
+    }
+    for seat in &seats[..6] {
+        assert!(meta.delete(seat).await.expect("delete"));
+    }
+    meta.put(&seats[0], b("back")).await.expect("put");
+    meta.put("other", b("kept")).await.expect("put");
+    seats
+}
+
+/// What [`seats_rewritten`] left: every key with its newest value, the deleted ones gone.
+async fn check_seats_rewritten(meta: &EmbeddedMeta, seats: &[String]) {
+    assert_eq!(meta.get(&seats[0]).await.expect("get"), Some(b("back")));
+    for seat in &seats[1..6] {
+        assert_eq!(meta.get(seat).await.expect("get"), None, "{seat}");
+    }
+    for (i, seat) in seats.iter().enumerate().skip(6) {
+        let value = format!("7:{i}:{}", "x".repeat(100));
+        assert_eq!(meta.get(seat).await.expect("get"), Some(b(&value)));
+    }
+    assert_eq!(meta.get("other").await.expect("get"), Some(b("kept")));
+    assert_eq!(meta.scan("seat/").await.expect("scan").len(), 18 + 1);
+}
+
 /// A log compacted at open holds every live key once, the cold ones too, with their
 /// newest values: a key deleted after it went cold stays deleted, and one written again
 /// keeps its newest value, through the compaction and the reopen after it.
 #[tokio::test]
 async fn a_log_compacted_at_open_keeps_cold_keys_as_they_were() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let seats: Vec<String> = (0..24u8).map(|n| hashed(n, "seat/")).collect();
-    let log_bytes = |dir: &Path| -> u64 {
-        std::fs::read_dir(dir)
-            .expect("dir")
-            .map(|e| e.expect("entry"))
-            .filter(|e| e.file_name().to_string_lossy().starts_with("meta-"))
-            .map(|e| e.metadata().expect("metadata").len())
-            .sum()
-    };
-    {
-        let meta = EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("open");
-        for round in 0..8 {
-            for (i, seat) in seats.iter().enumerate() {
-                let value = format!("{round}:{i}:{}", "x".repeat(100));
-                meta.put(seat, b(&value)).await.expect("put");
-            }
-        }
-        for seat in &seats[..6] {
-            assert!(meta.delete(seat).await.expect("delete"));
-        }
-        meta.put(&seats[0], b("back")).await.expect("put");
-        meta.put("other", b("kept")).await.expect("put");
-    }
-    let before = log_bytes(dir.path());
-    async fn check(meta: EmbeddedMeta, seats: &[String]) {
-        assert_eq!(meta.get(&seats[0]).await.expect("get"), Some(b("back")));
-        for seat in &seats[1..6] {
-            assert_eq!(meta.get(seat).await.expect("get"), None, "{seat}");
-        }
-        for (i, seat) in seats.iter().enumerate().skip(6) {
-            let value = format!("7:{i}:{}", "x".repeat(100));
-            assert_eq!(meta.get(seat).await.expect("get"), Some(b(&value)));
-        }
-        assert_eq!(meta.get("other").await.expect("get"), Some(b("kept")));
-        assert_eq!(meta.scan("").await.expect("scan").len(), 18 + 1 + 1);
-    }
-    check(
-        EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("reopen"),
-        &seats,
-    )
-    .await;
-    let after = log_bytes(dir.path());
+    let seats = seats_rewritten(dir.path()).await;
+    let (before, _) = meta_log(dir.path());
+    let meta = EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("reopen");
+    check_seats_rewritten(&meta, &seats).await;
+    assert_eq!(meta.scan("").await.expect("scan").len(), 18 + 1 + 1);
+    drop(meta);
+    let (after, _) = meta_log(dir.path());
     assert!(after * 4 < before, "{before} bytes of log, {after} after");
     // Replayed from the compacted log alone, with nothing going cold this time.
-    check(
-        EmbeddedMeta::open_with(dir.path(), PACING, 0).expect("reopen compacted"),
-        &seats,
-    )
-    .await;
-    assert_eq!(log_bytes(dir.path()), after);
+    let meta = EmbeddedMeta::open_with(dir.path(), PACING, 0).expect("reopen compacted");
+    check_seats_rewritten(&meta, &seats).await;
+    drop(meta);
+    assert_eq!(meta_log(dir.path()).0, after);
+}
+
+/// A compaction at open that fails part way, as on a full disk, does not keep the store
+/// from opening: the log is replayed again and kept, with the copies the compaction wrote
+/// before it failed, and every key reads as it was. The next open compacts it.
+#[tokio::test]
+async fn a_compaction_that_fails_at_open_leaves_the_keys_as_they_were() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seats = seats_rewritten(dir.path()).await;
+    let (before, segments) = meta_log(dir.path());
+    COPIES_LEFT.set(Some(10));
+    let meta = EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("open without compacting");
+    COPIES_LEFT.set(None);
+    check_seats_rewritten(&meta, &seats).await;
+    meta.put("new", b("after")).await.expect("put");
+    drop(meta);
+    let (kept, kept_segments) = meta_log(dir.path());
+    assert_eq!(
+        kept_segments,
+        segments + 1,
+        "the compaction's segment stays"
+    );
+    assert!(
+        kept > before + 10 * 100,
+        "{before} bytes of log, {kept} with ten values copied and one change"
+    );
+    let meta = EmbeddedMeta::open_with(dir.path(), PACING, 4).expect("reopen");
+    check_seats_rewritten(&meta, &seats).await;
+    assert_eq!(meta.get("new").await.expect("get"), Some(b("after")));
+    drop(meta);
+    let (after, _) = meta_log(dir.path());
+    assert!(after * 4 < before, "{before} bytes of log, {after} after");
 }
 
 #[tokio::test]
