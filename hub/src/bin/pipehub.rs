@@ -83,7 +83,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            eprintln!("pipehub: {err:#}");
+            eprintln!("pipehub: {}", cli::error_text(&err));
             std::process::exit(2);
         }
     }

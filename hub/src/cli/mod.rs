@@ -6,3 +6,51 @@ pub mod mcp;
 pub mod protocol;
 pub mod serve;
 pub mod verify;
+
+/// An error as the command line prints it: each cause after its context, but a cause that
+/// the text so far already ends with is not spelled again. Many of the hub's errors put
+/// their source in their own message too (`store i/o: {0}`, so that a log line of the
+/// error alone says why), which `{:#}` would print once for every layer.
+pub fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let said = cause.to_string();
+        if text.is_empty() {
+            text = said;
+        } else if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::StoreError;
+    use crate::serve::ServeError;
+    use anyhow::Context;
+
+    #[test]
+    fn an_error_names_each_cause_once() {
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let err = Err::<(), _>(ServeError::Store(StoreError::Io(full)))
+            .context("the hub stopped with an error")
+            .expect_err("an error");
+        let io = std::io::Error::from(std::io::ErrorKind::StorageFull).to_string();
+        assert_eq!(
+            error_text(&err),
+            format!("the hub stopped with an error: store: store i/o: {io}")
+        );
+        // Causes that do not repeat themselves are all kept.
+        let err = Err::<(), _>(std::io::Error::other("disk gone"))
+            .context("reading data/LOCK")
+            .context("opening the store")
+            .expect_err("an error");
+        assert_eq!(
+            error_text(&err),
+            "opening the store: reading data/LOCK: disk gone"
+        );
+    }
+}
