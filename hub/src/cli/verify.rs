@@ -60,7 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let entries = match read(&args.file, &registry, mode) {
         Ok(entries) => entries,
         Err(err) => {
-            eprintln!("pipehub verify: {err:#}");
+            eprintln!("pipehub verify: {}", super::error_text(&err));
             return Ok(2);
         }
     };
