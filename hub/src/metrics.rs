@@ -88,8 +88,9 @@ pub struct Metrics {
     pub cluster_shards_owned: IntGauge,
     /// `pipehub_cluster_shards`: the store's shard count (Redis backend; 0 embedded).
     pub cluster_shards: IntGauge,
-    /// `pipehub_store_up`: 1 while the shared store (Redis) answers this node's lease
-    /// rounds, else 0 (Redis backend).
+    /// `pipehub_store_up`: 1 while the store takes writes, else 0. The Redis backend: while
+    /// Redis answers this node's lease rounds. The embedded store: until a write or fsync
+    /// fails, after which it takes none until the hub restarts (what `/readyz` answers).
     pub store_up: IntGauge,
     /// `pipehub_http_requests_total{method, route, status}`: HTTP requests answered, by
     /// route pattern (never the raw path).
@@ -249,7 +250,7 @@ impl Metrics {
             )?,
             store_up: gauge(
                 "pipehub_store_up",
-                "1 while the shared store answers this node's lease rounds (Redis backend).",
+                "1 while the store takes writes: Redis answers this node's lease rounds, or the embedded store has had no failed write.",
             )?,
             http_requests: counter_vec(
                 "pipehub_http_requests_total",

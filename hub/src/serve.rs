@@ -40,7 +40,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const UNCAPPED_PER_WORKER: usize = 25_600;
 /// Connections the admin address serves at once: probes and scrapes, a few at a time.
 const ADMIN_CONNECTIONS: usize = 16;
-/// How often the embedded store's own totals are copied into the metrics.
+/// How often the embedded store's own totals, and whether it takes writes, are copied into
+/// the metrics.
 const STORE_TOTALS_EVERY: Duration = Duration::from_secs(1);
 /// How often idle rate-limit buckets are forgotten. Every seat is a person with a bucket of
 /// its own, so a hub finishing thousands of games a second gathers thousands of idle
@@ -384,6 +385,10 @@ async fn export_store_totals(
         let (Some(inbox), Some(meta)) = (inbox.upgrade(), meta.upgrade()) else {
             return;
         };
+        // Once a write or fsync failed, a store takes no more writes until the hub restarts.
+        metrics
+            .store_up
+            .set(i64::from(inbox.ready() && meta.ready()));
         let stats = inbox.stats();
         metrics.store_totals(
             stats.syncs.load(Ordering::Relaxed),

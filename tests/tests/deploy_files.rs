@@ -1,8 +1,12 @@
-//! The files under `deploy/` are read by tools this machine does not run (a container
-//! engine, Kubernetes, Grafana), so these tests check what can be checked here: every YAML
-//! file parses, the dashboard is JSON with panels, the Kubernetes Deployment is ready on
-//! `/readyz`, and every `pipehub_*` series that an alert or a panel queries is one the hub
-//! declares — a renamed metric would otherwise leave a silent alert and an empty panel.
+//! The files under `deploy/` are read by tools this machine mostly does not run (a
+//! container engine, Kubernetes, Grafana), so these tests check what can be checked here:
+//! every YAML file parses, the dashboard is JSON with panels, the Kubernetes Deployment is
+//! ready on `/readyz`, and every `pipehub_*` series that an alert or a panel queries is one
+//! the hub declares — a renamed metric would otherwise leave a silent alert and an empty
+//! panel. Prometheus's own `promtool` (from Debian's `prometheus`, which `scripts/test`
+//! unpacks to `.tools/promtool` and names in `PIPEHUB_PROMTOOL`) checks the scrape
+//! configuration and the alerting rules, and runs the rules' unit tests,
+//! `deploy/prometheus/alerts_test.yml`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -148,4 +152,38 @@ fn alerts_and_dashboard_query_only_metrics_the_hub_declares() {
             "{name} is queried in deploy/ but hub/src/metrics.rs declares no such metric"
         );
     }
+}
+
+/// Runs promtool (`PIPEHUB_PROMTOOL`, else `promtool` on the path) with `args` in
+/// `deploy/prometheus`; panics, naming `scripts/test`, when there is none, and with its
+/// output when it fails.
+fn promtool(args: &[&str]) {
+    let tool = std::env::var_os("PIPEHUB_PROMTOOL").unwrap_or_else(|| "promtool".into());
+    let out = std::process::Command::new(&tool)
+        .args(args)
+        .current_dir(deploy().join("prometheus"))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}): run scripts/test, which unpacks it from Debian's \
+                 prometheus package to .tools/promtool",
+                tool.to_string_lossy()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "promtool {}: {}\n{}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn promtool_accepts_the_scrape_config_and_the_alerts_pass_their_unit_tests() {
+    // The scrape configuration names the rules by their path in the container.
+    promtool(&["check", "config", "--syntax-only", "prometheus.yml"]);
+    promtool(&["check", "rules", "alerts.yml"]);
+    promtool(&["test", "rules", "alerts_test.yml"]);
 }

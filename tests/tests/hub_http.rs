@@ -504,8 +504,8 @@ fn operators_get_metrics_health_and_an_openapi_document() {
             "{line}"
         );
     }
-    // Seating a game writes the meta store; both stores' fsyncs reach the metrics within
-    // their one-second export.
+    // Seating a game writes the meta store; both stores' fsyncs, and that the store takes
+    // writes, reach the metrics within their one-second export.
     let created = c.post(&hub.url("/v1/inboxes/m/games"), None, &json!({}));
     assert_eq!(created.status, 201, "{}", created.body);
     let counter = |metrics: &str, name: &str| {
@@ -519,7 +519,8 @@ fn operators_get_metrics_health_and_an_openapi_document() {
         let metrics = c.get(&hub.url("/metrics")).body;
         let inbox = counter(&metrics, "pipehub_inbox_fsyncs_total");
         let meta = counter(&metrics, "pipehub_meta_fsyncs_total");
-        if inbox >= Some(1.0) && meta >= Some(1.0) {
+        let up = counter(&metrics, "pipehub_store_up");
+        if inbox >= Some(1.0) && meta >= Some(1.0) && up == Some(1.0) {
             break;
         }
         assert!(Instant::now() < deadline, "{metrics}");
