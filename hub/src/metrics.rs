@@ -43,6 +43,12 @@ pub struct Metrics {
     pub actors_resident: IntGauge,
     /// `pipehub_websocket_connections`: open WebSocket connections.
     pub websocket_connections: IntGauge,
+    /// `pipehub_websocket_closed_total{reason}`: WebSocket connections ended, by the first
+    /// cause the relay met (`relay::Ended`): `client` (a close frame), `disconnected`
+    /// (gone without one), `bad_frame`, `idle` (no frame or pong within the idle timeout),
+    /// `slow` (dropped for not reading its frames) or `shutdown`. Every label is present
+    /// from the start.
+    pub websocket_closed: IntCounterVec,
     /// `pipehub_capture_to_verdict_seconds`: from a capture being durable to its verdict.
     pub capture_to_verdict: Histogram,
     /// `pipehub_verdict_to_relay_seconds`: from a verdict to its views handed to the room.
@@ -171,6 +177,17 @@ impl Metrics {
                 "pipehub_websocket_connections",
                 "Open WebSocket connections.",
             )?,
+            websocket_closed: {
+                let closed = counter_vec(
+                    "pipehub_websocket_closed_total",
+                    "WebSocket connections ended, by cause: client, disconnected, bad_frame, idle, slow (dropped for not reading) or shutdown.",
+                    &["reason"],
+                )?;
+                for why in ::relay::Ended::ALL {
+                    closed.with_label_values(&[why.label()]);
+                }
+                closed
+            },
             capture_to_verdict: histogram(
                 "pipehub_capture_to_verdict_seconds",
                 "Time from a capture being durable to its verdict.",
@@ -428,6 +445,7 @@ mod tests {
         assert!(text.contains("pipehub_consumer_backlog_records{shard=\"3\"} 7"));
         assert!(text.contains("pipehub_games{phase=\"paired\"} 1"));
         assert!(text.contains("pipehub_games{phase=\"waiting\"} 0"));
+        assert!(text.contains("pipehub_websocket_closed_total{reason=\"slow\"} 0"));
         assert!(text.contains("pipehub_capture_to_verdict_seconds_bucket"));
         #[cfg(target_os = "linux")]
         assert!(text.contains("process_resident_memory_bytes"));

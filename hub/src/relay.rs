@@ -17,7 +17,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use ::relay::{Failure, Games, Outcome, SeatRef, SocketCap, StateFrame};
+use ::relay::{Ended, Failure, Games, Outcome, SeatRef, SocketCap, StateFrame};
 use actix_web::HttpRequest;
 use async_trait::async_trait;
 use games::{Seat, Viewer};
@@ -248,6 +248,13 @@ impl Games for HubGames {
         } else {
             self.metrics.websocket_connections.dec();
         }
+    }
+
+    fn closed(&self, why: Ended) {
+        self.metrics
+            .websocket_closed
+            .with_label_values(&[why.label()])
+            .inc();
     }
 
     fn socket_refused(&self) {

@@ -33,5 +33,5 @@ pub mod wire;
 pub use cap::{Admitted, Client, SocketCap};
 pub use endpoint::{configure, ws, AddressOf, Heartbeat, Relay};
 pub use rooms::{Cause, Delivery, Rooms, Subscription, Views, Watchers};
-pub use service::{Failure, Games, Outcome, SeatRef};
+pub use service::{Ended, Failure, Games, Outcome, SeatRef};
 pub use wire::client_out::StateFrame;

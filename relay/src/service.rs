@@ -65,6 +65,49 @@ pub enum Outcome {
     Pending,
 }
 
+/// Why a socket closed: the first cause the session met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The client sent a close frame.
+    Client,
+    /// The connection went away without one.
+    Disconnected,
+    /// The client sent a frame over the size limit, or one that is not a WebSocket frame.
+    BadFrame,
+    /// Nothing was heard from the client (no frame, no pong) within the idle timeout.
+    Idle,
+    /// The client did not read: its frames filled the send queue, a room's queue for it,
+    /// or waited longer than the write timeout.
+    Slow,
+    /// The server shut down.
+    Shutdown,
+}
+
+impl Ended {
+    /// Every cause, for metrics that want each label present from the start.
+    pub const ALL: [Ended; 6] = [
+        Ended::Client,
+        Ended::Disconnected,
+        Ended::BadFrame,
+        Ended::Idle,
+        Ended::Slow,
+        Ended::Shutdown,
+    ];
+
+    /// The cause as a metric label: `client`, `disconnected`, `bad_frame`, `idle`, `slow`
+    /// or `shutdown`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ended::Client => "client",
+            Ended::Disconnected => "disconnected",
+            Ended::BadFrame => "bad_frame",
+            Ended::Idle => "idle",
+            Ended::Slow => "slow",
+            Ended::Shutdown => "shutdown",
+        }
+    }
+}
+
 /// The games a relay plays and shows. Implemented by the hub on its facade.
 #[async_trait]
 pub trait Games: Send + Sync + 'static {
@@ -88,6 +131,9 @@ pub trait Games: Send + Sync + 'static {
 
     /// A socket opened (`true`) or closed (`false`).
     fn connection(&self, _opened: bool) {}
+
+    /// Why a socket that closed did (told just before its `connection(false)`).
+    fn closed(&self, _why: Ended) {}
 
     /// A socket was refused because its client holds the most it may.
     fn socket_refused(&self) {}

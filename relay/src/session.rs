@@ -56,7 +56,7 @@ use tokio::sync::watch;
 use crate::cap::Admitted;
 use crate::endpoint::{Heartbeat, Relay};
 use crate::rooms::{Cause, Delivery, Subscription};
-use crate::service::{Failure, Outcome, SeatRef};
+use crate::service::{Ended, Failure, Outcome, SeatRef};
 use crate::wire::client_in::{ClientIn, Ref};
 use crate::wire::client_out::{self, StateFrame};
 
@@ -115,12 +115,17 @@ enum Reply {
     },
 }
 
-/// Reports the connection to the service for as long as it lives.
-struct Connected(Relay);
+/// Reports the connection to the service for as long as it lives, and at its end why it
+/// ended.
+struct Connected {
+    relay: Relay,
+    why: Ended,
+}
 
 impl Drop for Connected {
     fn drop(&mut self) {
-        self.0.games.connection(false);
+        self.relay.games.closed(self.why);
+        self.relay.games.connection(false);
     }
 }
 
@@ -134,7 +139,10 @@ pub async fn run(
 ) {
     let _admitted = admitted;
     relay.games.connection(true);
-    let _connected = Connected(relay.clone());
+    let mut connected = Connected {
+        relay: relay.clone(),
+        why: Ended::Disconnected,
+    };
     let relay_shutdown = relay.shutdown.clone();
     let mut stream = stream
         .max_frame_size(MAX_FRAME_BYTES)
@@ -152,10 +160,12 @@ pub async fn run(
         playing: false,
         last_heard: Instant::now(),
         closing: None,
+        ended: None,
         shutdown: relay_shutdown,
         stopping: false,
     };
     session.serve(&mut stream).await;
+    connected.why = session.ended.unwrap_or(Ended::Disconnected);
     let goodbye = match session.closing.take() {
         Some(Closing::Dropped) => return,
         Some(Closing::Close(reason)) => Some(reason),
@@ -165,6 +175,13 @@ pub async fn run(
     // What is queued, then the close frame, within the bound; then dropping the socket's
     // sender ends the connection.
     let _ = tokio::time::timeout(WRITE_TIMEOUT, session.flush()).await;
+}
+
+/// Whether an error from the client's stream is its connection going away (the request
+/// payload under the socket ended early or failed), not a frame the client got wrong.
+fn is_disconnect(e: &actix_ws::ProtocolError) -> bool {
+    matches!(e, actix_ws::ProtocolError::Io(io)
+        if io.get_ref().is_some_and(|inner| inner.is::<actix_web::error::PayloadError>()))
 }
 
 /// How a session ends.
@@ -191,6 +208,8 @@ struct Session {
     playing: bool,
     last_heard: Instant,
     closing: Option<Closing>,
+    /// Why the session ends, once it does: the first cause met.
+    ended: Option<Ended>,
     /// The server's shutdown signal, if it has one.
     shutdown: Option<watch::Receiver<bool>>,
     /// The server is shutting down: the command in flight is answered, then the socket
@@ -241,15 +260,18 @@ impl Session {
                 message = stream.recv(), if can_read => match message {
                     Some(Ok(message)) => self.on_message(message),
                     Some(Err(actix_ws::ProtocolError::Overflow)) => self.fail(
+                        Ended::BadFrame,
                         "too_large",
                         &format!("frames are at most {MAX_FRAME_BYTES} bytes"),
                     ),
-                    Some(Err(e)) => self.fail("bad_frame", &e.to_string()),
+                    Some(Err(e)) if is_disconnect(&e) => self.drop_client(Ended::Disconnected),
+                    Some(Err(e)) => self.fail(Ended::BadFrame, "bad_frame", &e.to_string()),
                     None => return,
                 },
                 delivery = next_delivery(&mut self.watch) => match delivery {
                     Some(delivery) => self.on_delivery(&delivery),
-                    None => self.closing = Some(Closing::Dropped),
+                    // The room dropped this subscriber as too slow.
+                    None => self.drop_client(Ended::Slow),
                 },
                 reply = next_reply(&mut self.inflight) => {
                     self.playing = false;
@@ -260,13 +282,14 @@ impl Session {
                 room = poll_fn(|cx| Pin::new(&mut self.socket).poll_ready(cx)),
                     if !self.backlog.is_empty() => match room {
                     Ok(()) => self.drain(),
-                    Err(_) => self.closing = Some(Closing::Dropped),
+                    Err(_) => self.drop_client(Ended::Disconnected),
                 },
             }
             if self.stopping && self.inflight.is_none() && self.closing.is_none() {
                 // Commands not begun are dropped unanswered: the client reconnects and
                 // gets the true board with its `hello.ok`.
                 self.queue.clear();
+                self.end(Ended::Shutdown);
                 self.closing = Some(Closing::Close(CloseReason {
                     code: CloseCode::Away,
                     description: Some("the hub is shutting down".into()),
@@ -300,6 +323,7 @@ impl Session {
             AggregatedMessage::Ping(bytes) => self.push(Message::Pong(bytes)),
             AggregatedMessage::Pong(_) => {}
             AggregatedMessage::Close(_) => {
+                self.end(Ended::Client);
                 self.closing = Some(Closing::Close(CloseCode::Normal.into()));
             }
         }
@@ -316,16 +340,21 @@ impl Session {
             .stalled
             .is_some_and(|since| since.elapsed() > WRITE_TIMEOUT)
         {
-            self.drop_client();
+            self.drop_client(Ended::Slow);
         } else if !busy && silent > heartbeat.timeout {
-            self.fail("timeout", "no frame or pong within the idle timeout");
+            self.fail(
+                Ended::Idle,
+                "timeout",
+                "no frame or pong within the idle timeout",
+            );
         } else if silent >= heartbeat.interval / 2 {
             self.push(Message::Ping(Bytes::new()));
         }
     }
 
-    /// Sends an `error` with `close: true` and ends the session.
-    fn fail(&mut self, error: &str, detail: &str) {
+    /// Sends an `error` with `close: true` and ends the session, for `why`.
+    fn fail(&mut self, why: Ended, error: &str, detail: &str) {
+        self.end(why);
         self.send(client_out::error(error, Some(detail), true));
         if self.closing.is_none() {
             self.closing = Some(Closing::Close(CloseCode::Policy.into()));
@@ -342,16 +371,16 @@ impl Session {
             match self.offer() {
                 Poll::Ready(true) => {
                     if Pin::new(&mut self.socket).start_send(message).is_err() {
-                        self.drop_client();
+                        self.drop_client(Ended::Disconnected);
                     }
                     return;
                 }
-                Poll::Ready(false) => return self.drop_client(),
+                Poll::Ready(false) => return self.drop_client(Ended::Disconnected),
                 Poll::Pending => {}
             }
         }
         if self.backlog.len() >= SEND_QUEUE - SOCKET_CHANNEL {
-            return self.drop_client();
+            return self.drop_client(Ended::Slow);
         }
         self.backlog.push_back(message);
         self.stalled.get_or_insert_with(Instant::now);
@@ -371,14 +400,14 @@ impl Session {
     fn drain(&mut self) {
         while let Some(message) = self.backlog.pop_front() {
             if Pin::new(&mut self.socket).start_send(message).is_err() {
-                return self.drop_client();
+                return self.drop_client(Ended::Disconnected);
             }
             if self.backlog.is_empty() {
                 break;
             }
             match self.offer() {
                 Poll::Ready(true) => {}
-                Poll::Ready(false) => return self.drop_client(),
+                Poll::Ready(false) => return self.drop_client(Ended::Disconnected),
                 Poll::Pending => {
                     // Progress: the stall is timed from the last frame the socket took.
                     self.stalled = Some(Instant::now());
@@ -403,13 +432,21 @@ impl Session {
         }
     }
 
-    fn drop_client(&mut self) {
-        if !matches!(self.closing, Some(Closing::Dropped)) {
+    /// Ends the session with no goodbye: the client does not read (`Slow`) or its
+    /// connection is gone (`Disconnected`).
+    fn drop_client(&mut self, why: Ended) {
+        self.end(why);
+        if why == Ended::Slow && !matches!(self.closing, Some(Closing::Dropped)) {
             tracing::debug!("dropping a WebSocket client that does not read");
         }
         self.closing = Some(Closing::Dropped);
         self.backlog = VecDeque::new();
         self.stalled = None;
+    }
+
+    /// Notes why the session ends, unless an earlier cause already did.
+    fn end(&mut self, why: Ended) {
+        self.ended.get_or_insert(why);
     }
 
     fn send(&mut self, frame: ByteString) {

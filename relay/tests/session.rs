@@ -6,7 +6,7 @@
 //! gets exactly one state per move, carrying its ref; everyone else gets it once, without.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::{App, HttpServer};
@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use futures_util::{SinkExt, StreamExt};
 use games::Seat;
 use relay::{
-    Cause, Delivery, Failure, Games, Heartbeat, Outcome, Relay, Rooms, SeatRef, StateFrame, Views,
+    Cause, Delivery, Ended, Failure, Games, Heartbeat, Outcome, Relay, Rooms, SeatRef, StateFrame,
+    Views,
 };
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -29,7 +30,11 @@ struct Script {
     budget: AtomicU64,
     /// Publish each accepted move only after answering the mover (the other order).
     late: bool,
+    /// Why each socket that closed did, in the order they closed.
+    closed: Closed,
 }
+
+type Closed = Arc<Mutex<Vec<Ended>>>;
 
 impl Script {
     fn frame(&self, seat: Option<Seat>, seq: u64) -> StateFrame {
@@ -113,6 +118,10 @@ impl Games for Script {
     async fn resign(&self, seat: &SeatRef) -> Result<Outcome, Failure> {
         self.play(seat, json!({})).await
     }
+
+    fn closed(&self, why: Ended) {
+        self.closed.lock().expect("not poisoned").push(why);
+    }
 }
 
 type Socket =
@@ -127,12 +136,19 @@ async fn start_with(budget: u64, heartbeat: Heartbeat) -> String {
 }
 
 async fn serve(budget: u64, heartbeat: Heartbeat, late: bool) -> String {
+    serve_recording(budget, heartbeat, late).await.0
+}
+
+/// [`serve`], with what the relay reports of each socket's end.
+async fn serve_recording(budget: u64, heartbeat: Heartbeat, late: bool) -> (String, Closed) {
     let rooms = Rooms::new();
+    let closed = Closed::default();
     let script = Script {
         rooms: rooms.clone(),
         seq: AtomicU64::new(0),
         budget: AtomicU64::new(budget),
         late,
+        closed: closed.clone(),
     };
     let relay = Relay::new(Arc::new(script), rooms).with_heartbeat(heartbeat);
     let server = HttpServer::new(move || App::new().configure(relay::configure(relay.clone())))
@@ -142,7 +158,19 @@ async fn serve(budget: u64, heartbeat: Heartbeat, late: bool) -> String {
         .expect("a free port");
     let addr = server.addrs()[0];
     actix_rt::spawn(server.run());
-    format!("ws://{addr}/v1/ws")
+    (format!("ws://{addr}/v1/ws"), closed)
+}
+
+/// Waits, within [`WAIT`], until the relay has reported `n` sockets' ends; returns them.
+async fn ends(closed: &Closed, n: usize) -> Vec<Ended> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let seen = closed.lock().expect("not poisoned").clone();
+        if seen.len() >= n || tokio::time::Instant::now() >= deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 async fn connect(url: &str) -> Socket {
@@ -355,7 +383,7 @@ async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
         interval: Duration::from_millis(50),
         timeout: Duration::from_millis(200),
     };
-    let url = start_with(10, heartbeat).await;
+    let (url, closed) = serve_recording(10, heartbeat, false).await;
     let mut silent = seated(&url, "tx").await;
     let mut lively = seated(&url, "to").await;
     // The client library answers pings only while it reads: the lively one reads, the
@@ -376,4 +404,26 @@ async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
     // The lively one is still served.
     send(&mut lively, json!({"t": "game.board"})).await;
     assert_eq!(recv(&mut lively).await["t"], "game.state");
+    assert_eq!(ends(&closed, 1).await, vec![Ended::Idle]);
+}
+
+#[actix_rt::test]
+async fn each_socket_that_ends_is_reported_with_its_cause() {
+    let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
+    // A close frame.
+    let mut ws = seated(&url, "tx").await;
+    ws.close(None).await.expect("closed");
+    assert_eq!(ends(&closed, 1).await, vec![Ended::Client]);
+    // The connection dropped without one.
+    drop(seated(&url, "tx").await);
+    assert_eq!(ends(&closed, 2).await[1], Ended::Disconnected);
+    // A frame over the size limit.
+    let mut ws = seated(&url, "tx").await;
+    ws.send(Message::text(
+        "x".repeat(relay::session::MAX_FRAME_BYTES + 1),
+    ))
+    .await
+    .expect("sent");
+    assert_eq!(recv(&mut ws).await["error"], "too_large");
+    assert_eq!(ends(&closed, 3).await[2], Ended::BadFrame);
 }

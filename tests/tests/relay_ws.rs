@@ -441,6 +441,11 @@ async fn a_client_that_never_reads_is_dropped_without_delaying_other_games() {
         got < asked,
         "the lazy client got all {got} answers: never dropped"
     );
+    // Operators see why it went.
+    assert_eq!(
+        metric(&hub, &c, "pipehub_websocket_closed_total{reason=\"slow\"}"),
+        Some(1)
+    );
     // The players' sockets are still fine.
     x.send(json!({"t": "game.board"})).await;
     assert_eq!(x.until("game.state", None).await["seq"], 5);
@@ -448,10 +453,15 @@ async fn a_client_that_never_reads_is_dropped_without_delaying_other_games() {
 
 /// `pipehub_websocket_connections` from the hub's metrics.
 fn websocket_connections(hub: &Hub, c: &Client) -> Option<u64> {
+    metric(hub, c, "pipehub_websocket_connections")
+}
+
+/// One series of the hub's metrics (its name and labels as the exposition spells them).
+fn metric(hub: &Hub, c: &Client, series: &str) -> Option<u64> {
     let metrics = c.get(&hub.url("/metrics")).body;
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix("pipehub_websocket_connections "))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map(|v| v as u64)
 }
@@ -585,18 +595,12 @@ async fn one_address_holds_at_most_its_cap_of_sockets_and_gets_a_slot_back_when_
     drop(again);
 
     // Operators see the refusals.
-    let refused = c.get(&hub.url("/metrics")).body;
-    let line = refused
-        .lines()
-        .find(|l| l.starts_with("pipehub_rate_limited_requests_total{limit=\"sockets\"}"))
-        .unwrap_or_else(|| panic!("no sockets line in the metrics:\n{refused}"));
-    let n: f64 = line
-        .rsplit_once(' ')
-        .expect("a value")
-        .1
-        .parse()
-        .expect("a number");
-    assert!(n >= 2.0, "{line}");
+    let refused = metric(
+        &hub,
+        &c,
+        "pipehub_rate_limited_requests_total{limit=\"sockets\"}",
+    );
+    assert!(refused >= Some(2), "{refused:?} sockets refused");
 }
 
 /// A small deterministic generator (xorshift64*), so the random frames below are the same
