@@ -32,6 +32,10 @@
 //! begun, and closes with 1001 (going away), so clients reconnect at once, to another node
 //! in a cluster, instead of when the server's grace period for requests runs out.
 //!
+//! A session that ends tells the service why, by the first cause it met ([`Ended`]: a
+//! close frame, the connection gone, a bad frame, the idle timeout, a client too slow to
+//! read, or the server shutting down), for the hub's `pipehub_websocket_closed_total`.
+//!
 //! What it does not do: buffer history, retry, or speak for more than one seat at a time
 //! (a later `hello` switches seat; `game.subscribe` makes the socket a spectator of any
 //! game).
