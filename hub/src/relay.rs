@@ -10,7 +10,7 @@
 //! event (and not at all when nobody watches it), and those bytes are shared with the
 //! mover's own answer. Every socket of a viewer then gets the same frame.
 //!
-//! [`relay`] builds the relay for the HTTP app; `serve` mounts it with one `configure`
+//! [`relay()`] builds the relay for the HTTP app; `serve` mounts it with one `configure`
 //! call. What this module deliberately does not do: speak the wire protocol (the relay
 //! crate does) or judge anything (the engine does).
 

@@ -13,7 +13,7 @@
 //! resync with a fresh `game.state`), it never slows the actor down.
 //!
 //! What this module deliberately does not do: it computes no views and knows no game
-//! rules; it never sees a raw board, only [`GameState`]s that were redacted for their seat.
+//! rules; it never sees a raw board, only `GameState`s that were redacted for their seat.
 
 use std::sync::Arc;
 

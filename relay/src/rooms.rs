@@ -11,7 +11,7 @@
 //! seeing its queue closed, drops the connection. A slow or dead client thus costs its own
 //! connection and never delays the actor, the room, or anyone else's game.
 //!
-//! The queue is a [`Mailbox`] of this module's own rather than a `tokio::sync::mpsc`
+//! The queue is a `Mailbox` of this module's own rather than a `tokio::sync::mpsc`
 //! channel: a bounded tokio channel allocates its first 32-slot block and its semaphore's
 //! state up front, about 850 bytes per subscriber, two per open game, where a mailbox is
 //! about 100 bytes and grows only while publications wait.

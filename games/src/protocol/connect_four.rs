@@ -2,7 +2,7 @@
 //!
 //! A move is `{"col": c}`, 0-indexed. A full column is `column_full`. `winLength` or more
 //! in a row wins; a full grid without a line is a draw. The board logic is shared with
-//! tic-tac-toe in [`super::grid`]; this module only parses the payload and finds the row.
+//! tic-tac-toe in `super::grid`; this module only parses the payload and finds the row.
 
 use super::grid::{self, coordinate, exact_fields, Grid};
 use super::spec::Spec;

@@ -7,7 +7,7 @@
 //! then the phase (`phase`), then the commit (`commit_mismatch`). A tied round is replayed;
 //! the first seat to `(bestOf + 1) / 2` wins by score.
 //!
-//! **Private state.** What a seat has committed to lives in [`Sealed`], which is not
+//! **Private state.** What a seat has committed to lives in `Sealed`, which is not
 //! `Serialize`: the only way out is [`Board::view`], which says *whether* a seat has
 //! committed but never shows the commit itself, so two games that differ only in one
 //! seat's unrevealed choice look byte-identical to the other seat and to spectators. (The

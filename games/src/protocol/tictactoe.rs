@@ -2,7 +2,7 @@
 //!
 //! A move is `{"row": r, "col": c}`, 0-indexed, on an empty cell. `winLength` or more in
 //! a row wins; a full board without a line is a draw. The board logic is shared with
-//! connect-four in [`super::grid`]; this module only parses the payload.
+//! connect-four in `super::grid`; this module only parses the payload.
 
 use super::grid::{self, coordinate, exact_fields, Grid};
 use super::spec::Spec;

@@ -25,7 +25,7 @@ use std::net::IpAddr;
 
 use crate::limits::{Person, RateLimited, RateSpec, SharedBudget, SharedFailures};
 
-/// ARGV[3] is the mode: `charge` (refuse or spend, the event budget), `peek` (refuse or
+/// `ARGV[3]` is the mode: `charge` (refuse or spend, the event budget), `peek` (refuse or
 /// not, spend nothing) or `spend` (spend whatever, a failed pairing attempt).
 const GCRA: &str = r"
 local t = redis.call('TIME')

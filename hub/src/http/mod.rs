@@ -3,10 +3,10 @@
 //! [`app`] builds the whole application: the route table below, JSON errors for
 //! everything actix would otherwise answer in plain text (unknown routes 404, wrong
 //! methods 405, malformed paths and queries 400), a header-size limit, and per-route
-//! request metrics. Handlers live one file per group of routes ([`events`], [`games`],
-//! [`ops`]); each runs the checks of section 5 in order — route and method, token, rate
+//! request metrics. Handlers live one file per group of routes (`events`, `games`,
+//! `ops`); each runs the checks of section 5 in order — route and method, token, rate
 //! limit, size, content type, JSON, seat rules (the engine), append, verdict — through the
-//! small functions of [`extract`].
+//! small functions of `extract`.
 //!
 //! This layer holds no game logic and touches neither the inbox nor any actor: every
 //! request into a game goes through the engine's [`Hub`] facade. The WebSocket relay

@@ -22,7 +22,7 @@
 //! acknowledge data that is gone. Reads keep working.
 //!
 //! Reads take the index lock only to copy a few slot positions (an old one with a `pread`
-//! of the index's spill file, see [`super::index`]), then read the frames with positioned
+//! of the index's spill file, see `super::index`), then read the frames with positioned
 //! reads outside it. Those reads are synchronous: recent frames come from the
 //! page cache in microseconds, which costs an async caller less than a hop to a blocking
 //! thread pool would.

@@ -9,7 +9,7 @@
 //! Only one move is ever in flight per table (the games are turn-based), which makes the
 //! offered load a closed loop of G moves at most, capped by the shared [`Pacer`].
 //! A table never waits without a bound: a move whose state does not arrive within
-//! [`STALL`] is counted as an error and the table asks for the board again; three stalls
+//! `STALL` is counted as an error and the table asks for the board again; three stalls
 //! in a row, or a broken socket, and it starts over with fresh sockets.
 //!
 //! [`Pacer`]: super::stats::Pacer

@@ -62,7 +62,7 @@ use crate::inbox::StoreError;
 use cold::{class, Cold, CLASSES};
 
 /// How many keys of a cold class (seats and registrations, or pairing codes) gather in
-/// memory before they go cold (see [`cold`]): about 6 MiB of map. Four in tests, so that
+/// memory before they go cold (see `cold`): about 6 MiB of map. Four in tests, so that
 /// every test of the store spills, and compacts.
 pub const COLD_KEYS: usize = if cfg!(test) { 4 } else { 65_536 };
 

@@ -53,7 +53,7 @@ struct Lifecycle {
 impl Hub {
     /// Opens the engine: loads seats and reservations from `meta`, starts one consumer per
     /// shard and, on a single hub, rebuilds the open games in the background
-    /// ([`Engine::settle_open_games`]). Must be called inside an actix system (actors are
+    /// (`Engine::settle_open_games`). Must be called inside an actix system (actors are
     /// started on it).
     pub async fn open(
         config: HubConfig,
