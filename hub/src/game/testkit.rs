@@ -20,6 +20,9 @@ pub struct MemInbox {
     /// While true, appends fail and the store says it cannot take writes (a full disk).
     failing: std::sync::atomic::AtomicBool,
     shards: Vec<Mutex<Vec<Record>>>,
+    /// Every capture, in the order the appends took place (the records' times are whole
+    /// milliseconds, which a fast machine's appends share).
+    appended: Mutex<Vec<Capture>>,
     marks: Vec<watch::Sender<u64>>,
     verdicts: Mutex<HashMap<Capture, StoredVerdict>>,
 }
@@ -30,6 +33,7 @@ impl MemInbox {
             paused: std::sync::atomic::AtomicBool::new(false),
             failing: std::sync::atomic::AtomicBool::new(false),
             shards: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
+            appended: Mutex::new(Vec::new()),
             marks: (0..shards).map(|_| watch::channel(0).0).collect(),
             verdicts: Mutex::new(HashMap::new()),
         })
@@ -56,10 +60,16 @@ impl MemInbox {
         self.failing.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Every record, in the order it was appended.
     fn all(&self) -> Vec<Record> {
-        let mut all: Vec<Record> = self.shards.iter().flat_map(|s| s.lock().clone()).collect();
-        all.sort_by_key(|r| (r.at_ms, r.capture));
-        all
+        let appended = self.appended.lock().clone();
+        appended
+            .into_iter()
+            .filter_map(|c| {
+                let records = self.shards[c.shard as usize].lock();
+                records.get((c.pos - 1) as usize).cloned()
+            })
+            .collect()
     }
 }
 
@@ -94,6 +104,7 @@ impl Inbox for MemInbox {
                 raw,
                 at_ms: super::seats::now_ms(),
             });
+            self.appended.lock().push(capture);
             capture
         };
         self.marks[shard as usize].send_replace(capture.pos);
