@@ -6,7 +6,7 @@ mod relay_support;
 
 use std::time::{Duration, Instant};
 
-use pipehub_tests::{verify, Client, Hub};
+use pipehub_tests::{metric_sum, verify, Client, Hub};
 use relay_support::{Game, Ws};
 use serde_json::{json, Value};
 
@@ -456,14 +456,9 @@ fn websocket_connections(hub: &Hub, c: &Client) -> Option<u64> {
     metric(hub, c, "pipehub_websocket_connections")
 }
 
-/// One series of the hub's metrics (its name and labels as the exposition spells them).
+/// One series of the hub's metrics (its name, and labels as the exposition spells them).
 fn metric(hub: &Hub, c: &Client, series: &str) -> Option<u64> {
-    let metrics = c.get(&hub.url("/metrics")).body;
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
+    Some(metric_sum(c, hub, series) as u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
