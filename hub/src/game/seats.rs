@@ -247,7 +247,15 @@ pub struct Seats {
     /// Whether other hub nodes write to the same store (a cluster): then the store, not
     /// this cache, says what became of a game another node may have created.
     shared: bool,
+    /// Turns at changing a game's seating, by stripe of game ([`Seats::turn`]).
+    turns: Box<[tokio::sync::Mutex<()>]>,
 }
+
+/// How many stripes [`Seats::turn`] spreads games over. A turn is held across a group
+/// commit of the meta store, so a stripe shared by games seated at the same moment makes
+/// them take consecutive commits; with this many, a hub seating thousands of games a
+/// second has one game in a stripe at a time nearly always.
+const TURN_STRIPES: usize = 256;
 
 /// At most this many distinct protocol names and rule sets are shared (see [`Commons`]).
 const MAX_COMMONS: usize = 256;
@@ -313,6 +321,9 @@ impl Seats {
             open: DashMap::new(),
             commons: Mutex::new(Commons::default()),
             shared,
+            turns: (0..TURN_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         };
         let mut open_games = HashSet::new();
         for (key, _) in seats.meta.scan("open/").await? {
@@ -514,6 +525,20 @@ impl Seats {
         self.open.get(person).map(|n| *n).unwrap_or(0)
     }
 
+    /// The turn at changing a game's seating. Redeeming its code, a fresh code and a
+    /// cancel each read the registration, write it (or delete it) and retire a code, with
+    /// awaits between; two of them interleaved would each act on what the other was
+    /// replacing (a fresh code issued for a game just paired stayed live and seated a
+    /// second O; a cancel racing a pair left a started game with no seat). Each holds its
+    /// game's turn from its read to its last write, so on this hub they happen one after
+    /// the other, and each reads what the one before it left.
+    fn turn(&self, inbox: &str, game: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (inbox, game).hash(&mut h);
+        &self.turns[(h.finish() % self.turns.len() as u64) as usize]
+    }
+
     async fn put_registration(&self, reg: &Registration) -> Result<(), HubError> {
         self.meta
             .put(&game_key(&reg.inbox, &reg.game), json_bytes(reg)?)
@@ -698,6 +723,7 @@ impl Seats {
 
     /// A fresh code for X before pairing; the old one dies.
     pub async fn new_code(&self, auth: &SeatAuth, ttl_ms: u64) -> Result<(String, u64), HubError> {
+        let _turn = self.turn(&auth.inbox, &auth.game).lock().await;
         let mut reg = Registration::clone(&*self.owned_unpaired(auth).await?);
         let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
         if let Some(old) = reg.code_hash.replace(hash) {
@@ -729,6 +755,7 @@ impl Seats {
 
     /// Cancels an unpaired game: its id, X's token and its code stop working.
     pub async fn cancel(&self, auth: &SeatAuth) -> Result<(), HubError> {
+        let _turn = self.turn(&auth.inbox, &auth.game).lock().await;
         let reg = self.owned_unpaired(auth).await?;
         if let Some(old) = &reg.code_hash {
             self.retire_code(old, &auth.inbox, &auth.game).await?;
@@ -796,6 +823,9 @@ impl Seats {
                 HubError::CodeExpired
             });
         }
+        // The game's registration is read and written in its turn: a fresh code or a
+        // cancel of the same game waits, or went first and is seen below.
+        let _turn = self.turn(&rec.inbox, &rec.game).lock().await;
         // From here on the code is spent whatever happens: a tombstone goes back, with
         // O's seat and the paired registration when all is well (one group commit for
         // the three), else alone.

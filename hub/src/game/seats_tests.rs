@@ -164,6 +164,120 @@ async fn a_reserved_id_is_refused_and_leaves_no_seat_or_code_behind() {
     assert_eq!(count("seat/").await, 2);
 }
 
+/// Seats on a real embedded store, whose writes wait for its writer thread, so that two
+/// changes of one game started together interleave at every await.
+async fn seats_on_disk() -> (tempfile::TempDir, Arc<dyn Meta>, Seats) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta: Arc<dyn Meta> = Arc::new(crate::meta::EmbeddedMeta::open(dir.path()).expect("open"));
+    let seats = Seats::load(meta.clone(), false).await.expect("load");
+    (dir, meta, seats)
+}
+
+#[actix_rt::test]
+async fn a_pair_and_a_fresh_code_of_one_game_take_turns() {
+    // Before turns, a fresh code asked for while the guest's pair was being written was
+    // issued for a game that was being paired, and stayed live: a second person redeemed
+    // it and got O's seat too.
+    let (_dir, _meta, seats) = seats_on_disk().await;
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    let (mut paired_first, mut fresh_first) = (0, 0);
+    for trial in 0..24 {
+        let game = format!("g{trial}");
+        let (x_token, code, _) = seats
+            .create(registration(&game, rules.clone()), 60_000)
+            .await
+            .expect("create");
+        let x = seats.seat_for_token(&x_token).expect("X's seat");
+        let pair = seats.pair(&code, |_| Ok((None, false)));
+        let fresh = seats.new_code(&x, 60_000);
+        let (paired, fresh) = if trial % 2 == 0 {
+            tokio::join!(pair, fresh)
+        } else {
+            let (f, p) = tokio::join!(fresh, pair);
+            (p, f)
+        };
+        match (paired, fresh) {
+            (Ok(_), Err(HubError::AlreadyPaired)) => paired_first += 1,
+            (Err(HubError::CodeUsed), Ok((fresh_code, _))) => {
+                fresh_first += 1;
+                // The fresh code seats O once; the game then takes no other code.
+                let (_, reg) = seats
+                    .pair(&fresh_code, |_| Ok((None, false)))
+                    .await
+                    .expect("the fresh code pairs");
+                assert!(reg.paired);
+                let again = seats.pair(&fresh_code, |_| Ok((None, false))).await;
+                assert!(matches!(again, Err(HubError::CodeUsed)), "{again:?}");
+            }
+            other => panic!("trial {trial}: both or neither went through: {other:?}"),
+        }
+        let reg = seats.registration("lobby", &game).expect("still open");
+        assert!(
+            reg.paired && reg.code_hash.is_none(),
+            "trial {trial}: {reg:?}"
+        );
+        let late = seats.new_code(&x, 60_000).await;
+        assert!(matches!(late, Err(HubError::AlreadyPaired)), "{late:?}");
+    }
+    // Whichever was polled first went first: both orders were tried.
+    assert!(
+        paired_first > 0 && fresh_first > 0,
+        "{paired_first} {fresh_first}"
+    );
+}
+
+#[actix_rt::test]
+async fn a_pair_and_a_cancel_of_one_game_take_turns() {
+    // Before turns, both could succeed: the game was deleted, yet the pair wrote it back
+    // paired, and O's token opened a game nobody could play.
+    let (_dir, meta, seats) = seats_on_disk().await;
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    let (mut paired_first, mut cancelled_first) = (0, 0);
+    for trial in 0..24 {
+        let game = format!("g{trial}");
+        let (x_token, code, _) = seats
+            .create(registration(&game, rules.clone()), 60_000)
+            .await
+            .expect("create");
+        let x = seats.seat_for_token(&x_token).expect("X's seat");
+        let pair = seats.pair(&code, |_| Ok((None, false)));
+        let cancel = seats.cancel(&x);
+        let (paired, cancelled) = if trial % 2 == 0 {
+            tokio::join!(pair, cancel)
+        } else {
+            let (c, p) = tokio::join!(cancel, pair);
+            (p, c)
+        };
+        let stored = meta
+            .get(&game_key("lobby", &game))
+            .await
+            .expect("read")
+            .map(|v| serde_json::from_slice::<Registration>(&v).expect("a registration"));
+        match (paired, cancelled) {
+            (Ok((o_token, _)), Err(HubError::AlreadyPaired)) => {
+                paired_first += 1;
+                assert!(stored.is_some_and(|r| r.paired), "trial {trial}");
+                assert!(seats.seat_for_token(&x_token).is_some());
+                assert!(seats.seat_for_token(&o_token).is_some());
+            }
+            // The code died with the game: retired before the pair took it, or taken and
+            // found to name a game no longer there.
+            (Err(HubError::CodeUsed | HubError::NotFound(_)), Ok(())) => {
+                cancelled_first += 1;
+                assert!(stored.is_none(), "trial {trial}: {stored:?}");
+                assert!(seats.registration("lobby", &game).is_none());
+                assert!(seats.seat_for_token(&x_token).is_none());
+            }
+            other => panic!("trial {trial}: both or neither went through: {other:?}"),
+        }
+    }
+    assert!(
+        paired_first > 0 && cancelled_first > 0,
+        "{paired_first} {cancelled_first}"
+    );
+    assert_eq!(seats.open_games("host"), paired_first);
+}
+
 #[actix_rt::test]
 async fn a_purge_deletes_exactly_the_codes_dead_long_enough_across_many_pages() {
     // The embedded store, whose writer commits a page's deletes together.
