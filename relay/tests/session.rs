@@ -427,3 +427,26 @@ async fn each_socket_that_ends_is_reported_with_its_cause() {
     assert_eq!(recv(&mut ws).await["error"], "too_large");
     assert_eq!(ends(&closed, 3).await[2], Ended::BadFrame);
 }
+
+#[actix_rt::test]
+async fn a_frame_that_declares_more_than_the_limit_is_refused_at_its_header() {
+    // Before, the relay read an oversized frame to its end before refusing it, and a
+    // client that declared 2^40 bytes and kept sending filled the hub's memory.
+    use tokio::io::AsyncWriteExt;
+    let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
+    let mut ws = seated(&url, "tx").await;
+    // A masked text frame declaring 2^40 bytes, and its first 64 KiB.
+    let mut raw = vec![0x81u8, 0xff, 0, 0, 0x01, 0, 0, 0, 0, 0, 1, 2, 3, 4];
+    raw.extend(std::iter::repeat_n(b'a', 64 << 10));
+    let tcp = match ws.get_mut() {
+        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp,
+        _ => panic!("a plain socket"),
+    };
+    tcp.write_all(&raw).await.expect("written");
+    tcp.flush().await.expect("flushed");
+    // Refused now, not once 2^40 bytes have come.
+    let refused = recv(&mut ws).await;
+    assert_eq!(refused["error"], "too_large", "{refused}");
+    assert_eq!(refused["close"], true);
+    assert_eq!(ends(&closed, 1).await, vec![Ended::BadFrame]);
+}

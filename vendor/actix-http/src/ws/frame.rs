@@ -169,6 +169,12 @@ impl Parser {
 
         // not enough data
         if src.len() < frame_len {
+            // An oversized frame is refused as soon as its header is read: waiting for the
+            // rest of it would buffer whatever length the header declares (up to 2^63 - 1
+            // bytes) before the check below could drop it. (Patched; see PATCHED.md.)
+            if length > max_size {
+                return Err(ProtocolError::Overflow);
+            }
             let min_length = min(length, max_size);
             let required_cap = match idx.checked_add(min_length) {
                 Some(cap) => cap,
@@ -403,12 +409,16 @@ mod tests {
         let mut buf = BytesMut::from(&[0x81u8, 127][..]);
         buf.extend_from_slice(&U64_PAYLOAD_MAX.to_be_bytes());
 
-        // `max_size` is deliberately far below the declared length: an incomplete frame returns
-        // before the size check, so the header is accepted as incomplete. It also keeps the
-        // parser from reserving the declared length, which a large `max_size` would attempt.
+        // Patched (see PATCHED.md): upstream expects `Ok(None)` here, an incomplete frame
+        // returning before the size check. An incomplete frame over `max_size` is now refused
+        // at its header, and the MSB rule this test pinned is pinned by
+        // `test_payload_len_msb_set` below. What still holds: the header is not consumed.
         assert!(
-            is_none(&Parser::parse(&mut buf, false, 1024)),
-            "the largest legal 64-bit length must be incomplete, not rejected"
+            matches!(
+                Parser::parse(&mut buf, false, 1024),
+                Err(ProtocolError::Overflow)
+            ),
+            "an incomplete frame over max_size is refused at its header"
         );
         // The header must stay buffered while the payload is awaited.
         assert_eq!(buf.len(), 10);
@@ -594,6 +604,26 @@ mod tests {
             Bytes::from(vec![0b1111_1111u8, 0b1111_1111u8])
         );
         assert_eq!(buf.len(), 0);
+    }
+
+    // Patched (see PATCHED.md): an oversized frame whose payload has not all arrived is
+    // refused at its header, and nothing of it is buffered.
+    #[test]
+    fn test_parse_refuses_an_oversized_frame_at_its_header() {
+        // A text frame declaring 2^40 bytes, with its first 16 bytes of payload.
+        let mut buf = BytesMut::from(&[0x81u8, 0x7f, 0, 0, 0x01, 0, 0, 0, 0, 0][..]);
+        buf.extend([b'a'; 16]);
+        let before = buf.len();
+        assert!(matches!(
+            Parser::parse(&mut buf, false, 4096),
+            Err(ProtocolError::Overflow)
+        ));
+        assert_eq!(buf.len(), before);
+        assert!(buf.capacity() < 1 << 20);
+        // Within the limit, a partial frame still waits for the rest.
+        let mut buf = BytesMut::from(&[0x81u8, 0x7e, 0x10, 0x00][..]);
+        buf.extend([b'a'; 16]);
+        assert!(matches!(Parser::parse(&mut buf, false, 4096), Ok(None)));
     }
 
     #[test]
