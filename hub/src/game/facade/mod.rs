@@ -250,7 +250,10 @@ impl Hub {
     }
 
     /// A move object for a seat `hub_held` allowed: a choice in a custodial game, anything
-    /// else a move the actor drafts.
+    /// else a move the actor drafts. In a custodial game a hub-held seat sends only its
+    /// choice (DESIGN.md section 3): a commit it wrote itself is refused (422 `bad_move`)
+    /// like a reveal, since the hub, which holds no nonce for it, could never reveal it and
+    /// the game would wait for that reveal for good.
     async fn play_held(
         &self,
         auth: &SeatAuth,
@@ -260,7 +263,7 @@ impl Hub {
         if !mv.is_object() {
             return Err(HubError::Input(Refusal::with(Reason::Schema, "move")));
         }
-        if mv.get("choice").is_some() && self.is_custodial_game(reg) {
+        if self.is_custodial_game(reg) {
             self.choose(auth, mv).await
         } else {
             self.write_for(auth, Some(mv)).await

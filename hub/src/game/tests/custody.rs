@@ -252,3 +252,39 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
     let spectator = serde_json::to_string(&s).expect("json");
     assert!(!spectator.contains("\"paper\"") && !spectator.contains("pendingChoice"));
 }
+
+#[actix_rt::test]
+async fn a_hub_held_seat_sends_its_choice_and_nothing_else() {
+    // A commit of the seat's own was appended, and then the hub could not reveal it (it
+    // holds no nonce for it): the game waited for that reveal for good.
+    let f = open(config()).await;
+    let (x, _o) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+    let before = f.inbox.count(INBOX, &x.game).await.expect("count");
+    let commit = games::crypto::rps_commit("rock", &"ab".repeat(32));
+    for body in [
+        json!({"move": {"commit": commit}}),
+        json!({"move": {"choice": "rock", "nonce": "ab".repeat(32)}}),
+        json!({"move": {}}),
+    ] {
+        let refused = f.hub.post_move(&x, body.clone()).await;
+        match refused {
+            Err(HubError::Refused(r)) => {
+                assert_eq!(r.detail.as_deref(), Some("bad_move"), "{body}")
+            }
+            other => panic!("{body}: {other:?}"),
+        }
+        let over_ws = f.hub.play(&x, body["move"].clone()).await;
+        assert!(
+            matches!(over_ws, Err(HubError::Refused(_))),
+            "{body}: {over_ws:?}"
+        );
+    }
+    assert_eq!(f.inbox.count(INBOX, &x.game).await.expect("count"), before);
+    // The choice itself is still taken.
+    let p = f
+        .hub
+        .post_move(&x, json!({"move": {"choice": "rock"}}))
+        .await
+        .expect("commit");
+    assert_eq!(p.verdict, Verdict::Accepted);
+}
