@@ -160,7 +160,7 @@ pub struct CaptureQuery {
     pub game: Option<String>,
     /// The `next` cursor of the previous page.
     pub after: Option<String>,
-    /// At most this many (default 100, at most 1000).
+    /// At most this many (default 100). Taken as 1 to 1000: 0 as 1, more than 1000 as 1000.
     pub limit: Option<usize>,
 }
 
