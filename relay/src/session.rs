@@ -505,7 +505,13 @@ impl Session {
                 };
                 self.playing = true;
                 Box::pin(async move {
-                    let result = games.play(&seat, mv).await;
+                    let result = match mv {
+                        Ok(mv) => games.play(&seat, mv).await,
+                        Err(reason) => Err(Failure::new(
+                            reason.code(),
+                            "the move is not strict JSON (DESIGN.md section 1)",
+                        )),
+                    };
                     Reply::played(games.as_ref(), &seat, reference, result).await
                 })
             }

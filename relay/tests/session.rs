@@ -280,6 +280,27 @@ async fn refusals_and_failures_are_followed_by_the_true_state() {
         json!({"t": "game.refused", "ref": 1, "error": "illegal_move", "detail": "occupied"})
     );
     assert_eq!(recv(&mut x).await["seq"], 0);
+    // A move that is not strict JSON is refused with its section-1 reason before it
+    // reaches the game, and spends none of the budget.
+    for (text, reason) in [
+        (
+            r#"{"t":"game.move","move":{"col":1,"col":2},"ref":"d"}"#,
+            "duplicate_key",
+        ),
+        (
+            r#"{"t":"game.move","move":{"col":1.0},"ref":"d"}"#,
+            "bad_number",
+        ),
+    ] {
+        x.send(Message::text(text)).await.expect("sent");
+        let refused = recv(&mut x).await;
+        assert_eq!(
+            (&refused["t"], &refused["ref"], &refused["error"]),
+            (&json!("game.refused"), &json!("d"), &json!(reason)),
+            "{refused}"
+        );
+        assert_eq!(recv(&mut x).await["seq"], 0);
+    }
     send(&mut x, json!({"t": "game.move", "move": {}, "ref": 2})).await;
     assert_eq!(recv(&mut x).await["ref"], 2);
     // The budget is spent: refused by the limiter, then the board as it is.

@@ -20,6 +20,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use games::Reason;
 use serde::Deserialize;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
@@ -31,11 +32,22 @@ pub const MAX_REF_BYTES: usize = 128;
 /// One message from a client.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ClientIn {
-    Hello { token: Option<String> },
-    Move { mv: Value, reference: Option<Ref> },
-    Resign { reference: Option<Ref> },
+    Hello {
+        token: Option<String>,
+    },
+    /// The move, or why the strict reader refused it ([`strict_move`]).
+    Move {
+        mv: Result<Value, Reason>,
+        reference: Option<Ref>,
+    },
+    Resign {
+        reference: Option<Ref>,
+    },
     Board,
-    Subscribe { inbox: String, game: String },
+    Subscribe {
+        inbox: String,
+        game: String,
+    },
 }
 
 /// A client's id for an attempt, kept as the JSON text it arrived as (a string or an
@@ -144,6 +156,21 @@ fn optional<'a, T: Deserialize<'a>>(
         .map_or(Ok(None), |raw| decode::<Option<T>>(t, name, raw))
 }
 
+/// A move's value, read by the strict reader of events and HTTP bodies
+/// ([`games::json`]), or the section-1 reason it fails that reader with: a move sent over
+/// a socket is refused for what refuses it in a `POST …/moves` body (`duplicate_key`;
+/// `bad_number` for a fraction, an exponent, `-0` or an integer past 2^53 − 1), instead
+/// of being read as serde_json reads it (the last of two keys winning, `1.0` a float)
+/// and judged. The session answers such a move `game.refused` with its `ref`, as any
+/// move refused before a verdict. The frame's own fields are read leniently
+/// (docs/decisions.md, WebSocket).
+fn strict_move(t: &str, fields: &Fields<'_>) -> Result<Result<Value, Reason>, BadMessage> {
+    let Some(raw) = fields.get("move") else {
+        return Err(BadMessage::schema(format!("{t}: missing field `move`")));
+    };
+    Ok(games::json::parse_with_limit(raw.get().as_bytes(), usize::MAX).map_err(|r| r.reason))
+}
+
 fn reference(fields: &Fields<'_>) -> Result<Option<Ref>, BadMessage> {
     let Some(raw) = fields.get("ref") else {
         return Ok(None);
@@ -213,7 +240,7 @@ impl ClientIn {
                 token: optional(&t, &fields, "token")?,
             },
             "game.move" => ClientIn::Move {
-                mv: required(&t, &fields, "move")?,
+                mv: strict_move(&t, &fields)?,
                 reference: reference(&fields)?,
             },
             "game.resign" => ClientIn::Resign {
@@ -249,6 +276,26 @@ mod tests {
     }
 
     #[test]
+    fn a_move_is_read_as_strictly_as_an_http_body() {
+        let mv = |text: &str| match ClientIn::parse(text) {
+            Ok(ClientIn::Move { mv, .. }) => mv,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(
+            mv(r#"{"t":"game.move","move":{"row":0,"row":2,"col":0}}"#),
+            Err(Reason::DuplicateKey)
+        );
+        for number in ["1.0", "-0", "1e0", "9007199254740992"] {
+            let text = format!(r#"{{"t":"game.move","move":{{"col":{number}}},"ref":"r"}}"#);
+            assert_eq!(mv(&text), Err(Reason::BadNumber), "{number}");
+        }
+        assert_eq!(
+            mv(r#"{"t":"game.move","move":{"col":9007199254740991}}"#),
+            Ok(json!({"col": 9007199254740991u64}))
+        );
+    }
+
+    #[test]
     fn every_message_of_the_table_parses() {
         assert_eq!(ok(r#"{"t":"hello"}"#), ClientIn::Hello { token: None });
         assert_eq!(
@@ -260,14 +307,14 @@ mod tests {
         assert_eq!(
             ok(r#"{"t":"game.move","move":{"row":1,"col":2},"ref":"m1"}"#),
             ClientIn::Move {
-                mv: json!({"row": 1, "col": 2}),
+                mv: Ok(json!({"row": 1, "col": 2})),
                 reference: Some(Ref("\"m1\"".into()))
             }
         );
         assert_eq!(
             ok(r#"{"t":"game.move","move":{"choice":"rock"},"ref":7}"#),
             ClientIn::Move {
-                mv: json!({"choice": "rock"}),
+                mv: Ok(json!({"choice": "rock"})),
                 reference: Some(Ref("7".into()))
             }
         );
@@ -327,7 +374,7 @@ mod tests {
         assert_eq!(
             ok(r#"{"t":"game.move","move":null}"#),
             ClientIn::Move {
-                mv: Value::Null,
+                mv: Ok(Value::Null),
                 reference: None
             }
         );
@@ -338,7 +385,7 @@ mod tests {
         assert_eq!(
             ok(r#"{"ref":-3, "move" : [1], "\u0074":"game.move"}"#),
             ClientIn::Move {
-                mv: json!([1]),
+                mv: Ok(json!([1])),
                 reference: Some(Ref("-3".into()))
             }
         );
