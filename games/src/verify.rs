@@ -315,6 +315,7 @@ impl Established {
                 if e.status.is_some_and(|s| s != Status::Win) {
                     return Err(Reason::StatusMismatch.into());
                 }
+                self.board.resign(e.player);
                 GameResult::win(e.player.other(), WinBy::Resign)
             }
             // Parsing guarantees a move carries `move`; anything else is no event.

@@ -5,8 +5,8 @@ mod verify_support;
 
 use games::report::{verify_log, EntryVerdict, Mode};
 use games::verify::{GameChain, Prepared, Verdict};
-use games::{Action, Event, GameResult, Reason, Registry, Seat, Status, WinBy};
-use serde_json::json;
+use games::{Action, Event, GameResult, Reason, Registry, Seat, Status, Viewer, WinBy};
+use serde_json::{json, Value};
 use verify_support::{games, lines, Game, Writer};
 
 /// Offers `events` to one chain; every event but the last must be accepted, and the last
@@ -299,6 +299,30 @@ fn resignations() {
                 chain.result(),
                 Some(GameResult::win(seat.other(), WinBy::Resign))
             );
+            // The board says the game is over too: nobody to move, and the text says who
+            // won and how (it used to show the next seat to move).
+            let board = chain.board().expect("a board");
+            assert_eq!(
+                board.outcome(),
+                GameResult::win(seat.other(), WinBy::Resign)
+            );
+            for viewer in [
+                Viewer::Seat(Seat::X),
+                Viewer::Seat(Seat::O),
+                Viewer::Spectator,
+            ] {
+                let view = board.view(viewer).0;
+                assert_eq!(view["toMove"], Value::Null, "{}: {view}", g.reference);
+                let mut written = Vec::new();
+                board.write_view(viewer, &mut written);
+                assert_eq!(
+                    serde_json::from_slice::<Value>(&written).expect("JSON"),
+                    view
+                );
+                let text = board.render(viewer);
+                let said = format!("{} wins ({seat} resigned)", seat.other());
+                assert!(text.ends_with(&said), "{}: {text:?}", g.reference);
+            }
             log.push(w.resign(seat.other()));
             check(&log, Some((Reason::AfterEnd, None)));
         }

@@ -87,6 +87,10 @@ impl Board for ConnectFourBoard {
         Ok(())
     }
 
+    fn resign(&mut self, seat: Seat) {
+        self.grid.resign(seat);
+    }
+
     fn outcome(&self) -> GameResult {
         self.grid.outcome()
     }

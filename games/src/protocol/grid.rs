@@ -55,6 +55,8 @@ pub(crate) struct Grid {
     last: Option<(usize, usize)>,
     line: Vec<(usize, usize)>,
     winner: Option<Seat>,
+    /// The seat that resigned, if one did.
+    resigned: Option<Seat>,
 }
 
 const GAME_OVER: MoveError = MoveError {
@@ -75,6 +77,7 @@ impl Grid {
             last: None,
             line: Vec::new(),
             winner: None,
+            resigned: None,
         }
     }
 
@@ -87,7 +90,14 @@ impl Grid {
     }
 
     pub fn is_over(&self) -> bool {
-        self.winner.is_some() || self.is_full()
+        self.winner.is_some() || self.resigned.is_some() || self.is_full()
+    }
+
+    /// `seat` resigned: the game is over unless it already was.
+    pub fn resign(&mut self, seat: Seat) {
+        if !self.is_over() {
+            self.resigned = Some(seat);
+        }
     }
 
     /// Refuses a move on a finished board (the verifier says `after_end` before asking).
@@ -140,10 +150,11 @@ impl Grid {
     }
 
     pub fn outcome(&self) -> GameResult {
-        match self.winner {
-            Some(seat) => GameResult::win(seat, WinBy::Line),
-            None if self.is_full() => GameResult::DRAW,
-            None => GameResult::IN_PROGRESS,
+        match (self.winner, self.resigned) {
+            (Some(seat), _) => GameResult::win(seat, WinBy::Line),
+            (None, Some(resigned)) => GameResult::win(resigned.other(), WinBy::Resign),
+            (None, None) if self.is_full() => GameResult::DRAW,
+            (None, None) => GameResult::IN_PROGRESS,
         }
     }
 
@@ -261,16 +272,22 @@ impl Grid {
             }
             out.push('\n');
         }
-        match (self.winner, self.to_move()) {
-            (Some(seat), _) => {
+        match (self.winner, self.resigned, self.to_move()) {
+            (Some(seat), _, _) => {
                 out.push_str(seat.as_str());
                 out.push_str(" wins");
             }
-            (None, Some(seat)) => {
+            (None, Some(resigned), _) => {
+                out.push_str(resigned.other().as_str());
+                out.push_str(" wins (");
+                out.push_str(resigned.as_str());
+                out.push_str(" resigned)");
+            }
+            (None, None, Some(seat)) => {
                 out.push_str(seat.as_str());
                 out.push_str(" to move");
             }
-            (None, None) => out.push_str("draw"),
+            (None, None, None) => out.push_str("draw"),
         }
         out
     }

@@ -155,8 +155,12 @@ pub trait Board: Send + Sync + fmt::Debug {
     /// not legal.
     fn apply(&mut self, seat: Seat, mv: &Value) -> Result<(), MoveError>;
 
-    /// The result of the game as it stands (ignoring resignations, which the verifier
-    /// records itself).
+    /// `seat` resigned (the verifier calls this once it has accepted the resign): the
+    /// board offers nobody a turn from now on, and its view and text say the game is over,
+    /// as they do after a winning move. A board that is already over stays as it is.
+    fn resign(&mut self, seat: Seat);
+
+    /// The result of the game as it stands, a resignation included.
     fn outcome(&self) -> GameResult;
 
     /// The redactor: what `viewer` may know. A seat's view and the spectator view never

@@ -78,6 +78,7 @@ impl Protocol for RockPaperScissors {
             phase: Phase::Commit(Seat::X),
             sealed: [None, None],
             history: Vec::new(),
+            resigned: None,
         })
     }
 }
@@ -189,6 +190,8 @@ struct RpsBoard {
     phase: Phase,
     sealed: [Option<Sealed>; 2],
     history: Vec<Round>,
+    /// The seat that resigned, if one did (the phase is then `Over`).
+    resigned: Option<Seat>,
 }
 
 impl RpsBoard {
@@ -285,8 +288,18 @@ impl Board for RpsBoard {
         Ok(())
     }
 
+    fn resign(&mut self, seat: Seat) {
+        if self.phase != Phase::Over {
+            self.phase = Phase::Over;
+            self.resigned = Some(seat);
+        }
+    }
+
     fn outcome(&self) -> GameResult {
         match self.phase {
+            Phase::Over if let Some(resigned) = self.resigned => {
+                GameResult::win(resigned.other(), WinBy::Resign)
+            }
             Phase::Over if self.scores[0] > self.scores[1] => {
                 GameResult::win(Seat::X, WinBy::Score)
             }
@@ -339,7 +352,10 @@ impl Board for RpsBoard {
             ));
         }
         match (self.phase, self.outcome().winner) {
-            (Phase::Over, Some(w)) => out.push_str(&format!("; {w} wins")),
+            (Phase::Over, Some(w)) => match self.resigned {
+                Some(r) => out.push_str(&format!("; {w} wins ({r} resigned)")),
+                None => out.push_str(&format!("; {w} wins")),
+            },
             (Phase::Commit(s), _) => out.push_str(&format!("; {s} to commit")),
             (Phase::Reveal(s), _) => out.push_str(&format!("; {s} to reveal")),
             (Phase::Over, None) => {}

@@ -91,6 +91,10 @@ impl Board for TicTacToeBoard {
         Ok(())
     }
 
+    fn resign(&mut self, seat: Seat) {
+        self.grid.resign(seat);
+    }
+
     fn outcome(&self) -> GameResult {
         self.grid.outcome()
     }
