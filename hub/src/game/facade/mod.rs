@@ -205,7 +205,8 @@ impl Hub {
         } else if auth.is_some() {
             return Err(HubError::Forbidden("this game is no longer seated".into()));
         }
-        self.check_capture_cap(inbox, &event.game).await?;
+        self.check_capture_cap(inbox, &event.game, event.action == Action::Resign)
+            .await?;
         let seat = auth.map(|a| a.seat);
         let capture = self
             .engine
@@ -275,7 +276,8 @@ impl Hub {
     async fn choose(&self, auth: &SeatAuth, choice: Value) -> Result<Posted, HubError> {
         let choice = custody::parse_choice(&choice)
             .ok_or_else(|| HubError::Refused(Refusal::with(Reason::IllegalMove, "bad_move")))?;
-        self.check_capture_cap(&auth.inbox, &auth.game).await?;
+        self.check_capture_cap(&auth.inbox, &auth.game, false)
+            .await?;
         if let Some(posted) = self.forward_choice(auth, choice).await? {
             return Ok(posted);
         }
@@ -541,7 +543,8 @@ impl Hub {
 
     /// Writes a move (or a resign, `None`) for a hub-held seat.
     async fn write_for(&self, auth: &SeatAuth, mv: Option<Value>) -> Result<Posted, HubError> {
-        self.check_capture_cap(&auth.inbox, &auth.game).await?;
+        self.check_capture_cap(&auth.inbox, &auth.game, mv.is_none())
+            .await?;
         if let Some(posted) = self.forward_write(auth, mv.as_ref()).await? {
             return Ok(posted);
         }
@@ -602,10 +605,29 @@ impl Hub {
         Ok(state.is_ok_and(|s| s.phase == Phase::Started))
     }
 
-    async fn check_capture_cap(&self, inbox: &str, game: &str) -> Result<(), HubError> {
+    /// Refuses a post once its game holds `--max-captures-per-game` captures (409
+    /// `too_many_captures`), but for a resign (`resign`) of a game still in progress: a game
+    /// at its cap (filled with one seat's refused moves, or an anonymous game's by anyone)
+    /// could otherwise never end, and its seats' open-game counts never fall. A resign
+    /// ends the game, and after it the cap holds for every post again, so the cap is
+    /// passed by no more than the resigns in flight at once.
+    async fn check_capture_cap(
+        &self,
+        inbox: &str,
+        game: &str,
+        resign: bool,
+    ) -> Result<(), HubError> {
         if let Some(max) = self.engine.config.max_captures_per_game {
             if self.engine.inbox.count(inbox, game).await? >= max {
-                return Err(HubError::TooManyCaptures(max));
+                let in_progress = || {
+                    self.engine.listed(inbox, game).is_some_and(|l| {
+                        l.phase == Phase::Started
+                            && l.result.is_some_and(|r| r.status == "in_progress")
+                    })
+                };
+                if !(resign && in_progress()) {
+                    return Err(HubError::TooManyCaptures(max));
+                }
             }
         }
         Ok(())

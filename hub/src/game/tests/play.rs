@@ -172,6 +172,52 @@ async fn the_captures_cap_refuses_before_the_inbox() {
 }
 
 #[actix_rt::test]
+async fn a_game_at_its_captures_cap_can_still_be_resigned_once() {
+    // A seat that filled the cap with refused moves left the other unable to move or
+    // resign: the game could never end.
+    let mut c = config();
+    c.max_captures_per_game = Some(4);
+    let f = open(c).await;
+    let (x, o) = seated(&f, "pipehub:tic-tac-toe", true).await;
+    // The start is one capture; O's moves out of turn, refused, fill the rest.
+    for _ in 0..8 {
+        let refused = f
+            .hub
+            .post_move(&o, json!({"move": {"row": 0, "col": 0}}))
+            .await;
+        if matches!(refused, Err(HubError::TooManyCaptures(4))) {
+            break;
+        }
+    }
+    assert_eq!(f.inbox.count(INBOX, &x.game).await.expect("count"), 4);
+    let moved = f
+        .hub
+        .post_move(&x, json!({"move": {"row": 0, "col": 0}}))
+        .await;
+    assert!(
+        matches!(moved, Err(HubError::TooManyCaptures(4))),
+        "{moved:?}"
+    );
+    // X resigns: the game ends.
+    let resigned = f.hub.resign(&x).await.expect("resigned");
+    assert_eq!(resigned.verdict, Verdict::Accepted);
+    let state = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Spectator)
+        .await
+        .expect("state");
+    let result = state.result.expect("a result");
+    assert_eq!((result.status, result.winner), ("win", Some(Seat::O)));
+    // Over, the game takes nothing more, a resign included.
+    let again = f.hub.resign(&o).await;
+    assert!(
+        matches!(again, Err(HubError::TooManyCaptures(4))),
+        "{again:?}"
+    );
+    assert_eq!(f.inbox.count(INBOX, &x.game).await.expect("count"), 5);
+}
+
+#[actix_rt::test]
 async fn the_game_listing_shows_waiting_and_started_games() {
     let f = open(config()).await;
     post(&f, event("anon", 0, "", Seat::X, None), None)
