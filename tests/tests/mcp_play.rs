@@ -124,7 +124,8 @@ fn every_protocol_played_to_the_end(p: &Played) {
             assert!(pending == "scissors" || pending == "rock", "{r}");
         }
     }
-    // A refused move is an error result that names the reason, with no state in it.
+    // A refused move is an error result that names the reason, with the seat's true
+    // state beside it: the board as it is, still the person's turn.
     let refused = p
         .run
         .results
@@ -133,7 +134,12 @@ fn every_protocol_played_to_the_end(p: &Played) {
         .expect("the refused move");
     assert!(refused["text"]
         .as_str()
-        .is_some_and(|t| t.contains("occupied")));
+        .is_some_and(|t| t.contains("occupied") && t.contains("<untrusted-board>\n")));
+    let truth = &refused["structuredContent"];
+    assert_eq!(truth["error"], "illegal_move", "{refused}");
+    assert_eq!(truth["seat"], "O", "{refused}");
+    assert_eq!(truth["yourTurn"], true, "{refused}");
+    assert_eq!(truth["view"]["cells"][1][1], "X", "{refused}");
     for (list, seat) in [("listX", "X"), ("listO", "O")] {
         let seats = summary[list]["seats"].as_array().expect("seats");
         assert_eq!(seats.len(), 4, "{list}");

@@ -6,7 +6,8 @@
 //! `structuredContent` (shaped like a `game.state`, see [`super::state`]) and, in
 //! `content`, a summary plus the board wrapped as untrusted text. A refused move, a tool
 //! error or a log that fails verification is a result with `isError: true` whose text
-//! names the reason; a failed verification carries no board at all.
+//! names the reason; a refused move or resign also carries the seat's true state (with
+//! `error` and `detail`), a failed verification no board at all.
 //!
 //! What it deliberately does not do: game logic (that is [`super::agent`]). Arguments are
 //! read strictly: an unknown argument is an error, so a model's typo is not silently
@@ -162,7 +163,10 @@ impl ServerHandler for Tools {
             Ok(Outcome::List(v)) => listing(v),
             Err(e) => {
                 tracing::info!(tool = %name, error = e.code(), "tool error");
-                failure(&e)
+                match self.true_state(&name, &args, &e).await {
+                    Some(answer) => refusal(&e, answer),
+                    None => failure(&e),
+                }
             }
         };
         Ok(result.into())
@@ -228,6 +232,27 @@ impl Tools {
     }
 }
 
+impl Tools {
+    /// The seat's verified state after its move or resign was refused (by the referee, by
+    /// this agent's check against the board, or by the hub before the inbox), so that the
+    /// refusal shows the board as it is, as a socket's `game.refused` is followed by the
+    /// true `game.state`. `None` for any other error (a failed verification shows no
+    /// board), or when the state cannot be read.
+    async fn true_state(
+        &self,
+        name: &str,
+        args: &Map<String, Value>,
+        e: &AgentError,
+    ) -> Option<Answer> {
+        let refused = matches!(e, AgentError::Rejected { .. } | AgentError::Hub { .. });
+        if !refused || !matches!(name, "game_move" | "game_resign") {
+            return None;
+        }
+        let game = args.get("game")?.as_str()?;
+        self.agent.board(game).await.ok()
+    }
+}
+
 fn only(args: &Map<String, Value>, allowed: &[&str]) -> Result<(), AgentError> {
     match args.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(k) => Err(AgentError::Usage(format!(
@@ -278,6 +303,24 @@ fn listing(list: Value) -> CallToolResult {
     }
     let mut result = CallToolResult::structured(list);
     result.content = vec![ContentBlock::text(text)];
+    result
+}
+
+/// A refused move or resign: the seat's state with the refusal's `error` and `detail`
+/// added, and the reason before the board in the text.
+fn refusal(e: &AgentError, answer: Answer) -> CallToolResult {
+    let reason = e.to_string();
+    let board = state::text(&answer.state, answer.note.as_deref(), answer.captures);
+    let mut structured = answer.state;
+    if let Value::Object(fields) = &mut structured {
+        fields.insert("error".into(), Value::from(e.code()));
+        fields.insert("detail".into(), Value::from(reason.clone()));
+    }
+    let mut result = CallToolResult::structured_error(structured);
+    result.content = vec![ContentBlock::text(format!(
+        "{}\n{board}",
+        state::escape(&reason)
+    ))];
     result
 }
 
