@@ -72,11 +72,24 @@ pub fn address(state: &AppState, req: &HttpRequest) -> IpAddr {
         .peer_addr()
         .map(|a| a.ip())
         .unwrap_or(IpAddr::from([127, 0, 0, 1]));
-    let forwarded = req
-        .headers()
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok());
-    client_address(peer, forwarded, &state.trusted_proxies)
+    let forwarded = forwarded_for(req);
+    client_address(peer, forwarded.as_deref(), &state.trusted_proxies)
+}
+
+/// Every `X-Forwarded-For` line of a request as one list, in order, as HTTP reads repeated
+/// lines of a list header: a proxy may append a line of its own rather than extend the
+/// client's (HAProxy's `option forwardfor` does), and reading the first line alone let a
+/// client behind such a proxy name any address it liked. A line that is not text counts
+/// as a malformed entry, which ends what can be believed.
+fn forwarded_for(req: &HttpRequest) -> Option<String> {
+    let mut lines = req.headers().get_all("x-forwarded-for").peekable();
+    lines.peek()?;
+    Some(
+        lines
+            .map(|line| line.to_str().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
 }
 
 /// Step "token": an unknown token is 401; no token is an anonymous caller.
@@ -214,5 +227,36 @@ pub fn check_inbox(inbox: &str) -> Result<(), ApiError> {
         Err(ApiError::bad_request(
             "an inbox name is 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter or digit",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::test::TestRequest;
+
+    #[test]
+    fn every_forwarded_for_line_is_read_in_order() {
+        let trusted: Vec<ipnet::IpNet> = vec!["10.0.0.0/8".parse().expect("a network")];
+        let from_proxy = |lines: &[&str]| {
+            let mut req = TestRequest::default();
+            for line in lines {
+                req = req.append_header(("x-forwarded-for", *line));
+            }
+            let req = req.to_http_request();
+            let peer: IpAddr = "10.0.0.1".parse().expect("an address");
+            client_address(peer, forwarded_for(&req).as_deref(), &trusted)
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        // The client's own line, then the line its proxy appended: the proxy's is believed.
+        assert_eq!(from_proxy(&["6.6.6.6", "203.0.113.9"]), ip("203.0.113.9"));
+        assert_eq!(
+            from_proxy(&["6.6.6.6, 7.7.7.7", "203.0.113.9, 10.0.0.2"]),
+            ip("203.0.113.9")
+        );
+        // One line, as before.
+        assert_eq!(from_proxy(&["6.6.6.6, 203.0.113.9"]), ip("203.0.113.9"));
+        // None: the proxy itself.
+        assert_eq!(from_proxy(&[]), ip("10.0.0.1"));
     }
 }
