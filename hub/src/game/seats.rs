@@ -251,6 +251,30 @@ pub struct Seats {
     turns: Box<[tokio::sync::Mutex<()>]>,
 }
 
+/// A new game's place under its host's open-games cap ([`Seats::open_slot`]): counted
+/// from when it is taken, and given back when dropped unless the game was made.
+struct OpenSlot<'a> {
+    seats: &'a Seats,
+    person: String,
+    kept: bool,
+}
+
+impl OpenSlot<'_> {
+    fn keep(&mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for OpenSlot<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            if let Some(mut n) = self.seats.open.get_mut(&self.person) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+}
+
 /// How many stripes [`Seats::turn`] spreads games over. A turn is held across a group
 /// commit of the meta store, so a stripe shared by games seated at the same moment makes
 /// them take consecutive commits; with this many, a hub seating thousands of games a
@@ -612,9 +636,24 @@ impl Seats {
     /// Returns (token, code, expires_ms). `reg.code_hash` is filled in here.
     pub async fn create(
         &self,
-        mut reg: Registration,
+        reg: Registration,
         ttl_ms: u64,
     ) -> Result<(String, String, u64), HubError> {
+        self.create_capped(reg, ttl_ms, None).await
+    }
+
+    /// [`Seats::create`] under a cap of `cap` open games for the host person, counted
+    /// here: the game's place under the cap is taken before anything is written and given
+    /// back if the game is not made, so creates racing each other cannot pass the cap
+    /// between their check and their count (they did: 21 open games under a cap of 20).
+    /// `TooManyGames` when the person is at the cap.
+    pub async fn create_capped(
+        &self,
+        mut reg: Registration,
+        ttl_ms: u64,
+        cap: Option<u64>,
+    ) -> Result<(String, String, u64), HubError> {
+        let mut slot = self.open_slot(&reg.host, cap)?;
         // The registration (naming a code drawn here), X's seat, the code and the
         // open-game mark are staged together and share one group commit, instead of
         // waiting for three in turn: each fsync costs CPU (on a VM, a trap to the
@@ -647,7 +686,7 @@ impl Seats {
             }
             return Err(HubError::Unavailable("game id already reserved".into()));
         }
-        *self.open.entry(reg.host.clone()).or_insert(0) += 1;
+        slot.keep();
         let (code, _, expires_ms) = if code_stored {
             self.cache(reg);
             drawn
@@ -659,6 +698,20 @@ impl Seats {
             (code, hash, expires_ms)
         };
         Ok((token, code, expires_ms))
+    }
+
+    /// Takes a place for a new open game of `person`, unless they hold `cap` already.
+    fn open_slot(&self, person: &str, cap: Option<u64>) -> Result<OpenSlot<'_>, HubError> {
+        let mut open = self.open.entry(person.to_string()).or_insert(0);
+        if let Some(cap) = cap.filter(|cap| *open >= *cap) {
+            return Err(HubError::TooManyGames(cap));
+        }
+        *open += 1;
+        Ok(OpenSlot {
+            seats: self,
+            person: person.to_string(),
+            kept: false,
+        })
     }
 
     /// Kills a code: leaves a `used` tombstone so a later try answers `code_used` (its

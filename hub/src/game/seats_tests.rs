@@ -279,6 +279,39 @@ async fn a_pair_and_a_cancel_of_one_game_take_turns() {
 }
 
 #[actix_rt::test]
+async fn creates_racing_each_other_stay_under_the_open_games_cap() {
+    // The cap used to be checked before the create and counted after it, and a dozen
+    // creates at once passed it.
+    let (_dir, meta, seats) = seats_on_disk().await;
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    let creates = (0..12).map(|n| {
+        seats.create_capped(
+            registration(&format!("g{n}"), rules.clone()),
+            60_000,
+            Some(2),
+        )
+    });
+    let made = futures_util::future::join_all(creates).await;
+    let refused = made
+        .iter()
+        .filter(|m| matches!(m, Err(HubError::TooManyGames(2))))
+        .count();
+    assert_eq!((made.len() - refused, refused), (2, 10), "{made:?}");
+    assert_eq!(seats.open_games("host"), 2);
+    assert_eq!(meta.scan("open/").await.expect("scan").len(), 2);
+    // A create that fails (here: an id already reserved) gives its place back.
+    let first = made
+        .iter()
+        .position(Result::is_ok)
+        .expect("a game was made");
+    let taken = seats
+        .create_capped(registration(&format!("g{first}"), rules), 60_000, Some(3))
+        .await;
+    assert!(matches!(taken, Err(HubError::Unavailable(_))), "{taken:?}");
+    assert_eq!(seats.open_games("host"), 2);
+}
+
+#[actix_rt::test]
 async fn a_purge_deletes_exactly_the_codes_dead_long_enough_across_many_pages() {
     // The embedded store, whose writer commits a page's deletes together.
     let dir = tempfile::tempdir().expect("temp dir");

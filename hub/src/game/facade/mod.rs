@@ -313,6 +313,11 @@ impl Hub {
     ) -> Result<Created, HubError> {
         self.inbox_writable()?;
         let config = &self.engine.config;
+        // Checked first, so that a person at the cap hears so before anything else; on one
+        // hub the seats count the game again as they create it (`create_capped`), so that
+        // creates racing each other cannot pass the cap between this check and their
+        // count. Nodes sharing a store count the store's open games, which another node's
+        // creates change too.
         if let Some(max) = config.max_open_games {
             let open = if self.clustered() {
                 self.engine.seats.open_games_stored(person).await?
@@ -323,6 +328,7 @@ impl Hub {
                 return Err(HubError::TooManyGames(max));
             }
         }
+        let cap = config.max_open_games.filter(|_| !self.clustered());
         let protocol = config
             .registry
             .resolve(req.protocol.as_deref())
@@ -371,7 +377,7 @@ impl Hub {
             code_hash: None,
         };
         let ttl_ms = config.code_ttl.as_millis() as u64;
-        let (token, code, expires_ms) = self.engine.seats.create(reg, ttl_ms).await?;
+        let (token, code, expires_ms) = self.engine.seats.create_capped(reg, ttl_ms, cap).await?;
         self.engine.metrics.games_created.inc();
         Ok(Created {
             inbox: inbox.to_string(),
