@@ -7,10 +7,11 @@
 //! strings; values are opaque bytes the caller serializes. A Redis backend implements the
 //! same trait later.
 //!
-//! Besides plain `put`/`get`/`delete`/`scan`, the trait offers the two atomic steps the
+//! Besides plain `put`/`get`/`delete`/`scan`, the trait offers the three atomic steps the
 //! seat rules need and that Redis offers natively: [`Meta::insert_new`] (reserve a key
-//! only if nobody holds it) and [`Meta::take`] (read and delete at once, so a single-use
-//! pairing code cannot be redeemed twice; durable with the caller's next change).
+//! only if nobody holds it), [`Meta::take`] (read and delete at once, so a single-use
+//! pairing code cannot be redeemed twice; durable with the caller's next change) and
+//! [`Meta::replace`] (write over a value only if it is still the one read).
 //!
 //! What it deliberately does not do: transactions across keys, expiry (callers store
 //! deadlines in values and check them), or large values.
@@ -45,6 +46,18 @@ pub trait Meta: Send + Sync {
     async fn discard(&self, key: &str) -> Result<(), StoreError> {
         self.delete(key).await.map(|_| ())
     }
+
+    /// Stores `value` under `key` (removes the key, for `None`) only if the key holds
+    /// exactly `expected` now; true when it did. Durable when it returns. Nodes sharing a
+    /// store change a record that several of them may be changing at once this way (a
+    /// seated game's registration, by its pair, a fresh code or a cancel): each writes only
+    /// over the value it read and acted on.
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &[u8],
+        value: Option<Bytes>,
+    ) -> Result<bool, StoreError>;
 
     /// Removes `key` and returns the value it had, atomically: of callers racing for the
     /// key, one gets its value. The one mutating call that may return before it is
@@ -108,6 +121,45 @@ pub(crate) async fn walk_pages(
             return walked;
         }
     }
+}
+
+/// What every backend's [`Meta::replace`] must do: write (or remove) only over the value
+/// expected, and of callers racing with the same expected value, let one through.
+#[cfg(test)]
+pub(crate) async fn check_replace(meta: &dyn Meta) {
+    let v = |s: &'static str| Bytes::from_static(s.as_bytes());
+    assert!(!meta
+        .replace("r/a", b"x", Some(v("y")))
+        .await
+        .expect("replace"));
+    assert_eq!(meta.get("r/a").await.expect("get"), None);
+    meta.put("r/a", v("x")).await.expect("put");
+    assert!(!meta
+        .replace("r/a", b"z", Some(v("y")))
+        .await
+        .expect("replace"));
+    assert!(!meta
+        .replace("r/a", b"", Some(v("y")))
+        .await
+        .expect("replace"));
+    assert_eq!(meta.get("r/a").await.expect("get"), Some(v("x")));
+    assert!(meta
+        .replace("r/a", b"x", Some(v("y")))
+        .await
+        .expect("replace"));
+    assert_eq!(meta.get("r/a").await.expect("get"), Some(v("y")));
+    assert_eq!(meta.scan("r/").await.expect("scan").len(), 1);
+    let racing = futures_util::future::join_all(
+        (0..8).map(|n| meta.replace("r/a", b"y", Some(Bytes::from(format!("n{n}"))))),
+    )
+    .await;
+    let won = racing.iter().filter(|r| matches!(r, Ok(true))).count();
+    assert_eq!(won, 1, "{racing:?}");
+    let now = meta.get("r/a").await.expect("get").expect("a value");
+    assert!(meta.replace("r/a", &now, None).await.expect("remove"));
+    assert_eq!(meta.get("r/a").await.expect("get"), None);
+    assert!(meta.scan("r/").await.expect("scan").is_empty());
+    assert!(meta.insert_new("r/a", v("again")).await.expect("insert"));
 }
 
 /// What every backend's [`Meta::scan_page`] must do, checked against its own `scan`: pages

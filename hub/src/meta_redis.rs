@@ -38,6 +38,18 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 return 1
 ";
+/// ARGV: the key, the value expected, then `1` and the new value, or `0` to remove.
+const REPLACE: &str = r"
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v ~= ARGV[2] then return 0 end
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+return 1
+";
 const TAKE: &str = r"
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return false end
@@ -52,6 +64,7 @@ pub struct RedisMeta {
     up: Arc<AtomicBool>,
     put: Script,
     insert_new: Script,
+    replace: Script,
     take: Script,
 }
 
@@ -64,6 +77,7 @@ impl RedisMeta {
             up,
             put: Script::new(PUT),
             insert_new: Script::new(INSERT_NEW),
+            replace: Script::new(REPLACE),
             take: Script::new(TAKE),
         }
     }
@@ -134,6 +148,31 @@ impl Meta for RedisMeta {
 
     async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         Ok(self.take(key).await?.is_some())
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &[u8],
+        value: Option<Bytes>,
+    ) -> Result<bool, StoreError> {
+        let mut con = self.con.clone();
+        let (write, value) = match &value {
+            Some(v) => ("1", v.as_ref()),
+            None => ("0", &[][..]),
+        };
+        let replaced: redis::Value = self.seen(
+            self.replace
+                .key(VALUES)
+                .key(KEYS)
+                .arg(key)
+                .arg(expected)
+                .arg(write)
+                .arg(value)
+                .invoke_async(&mut con)
+                .await,
+        )?;
+        Ok(matches!(replaced, redis::Value::Int(1)))
     }
 
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {

@@ -275,6 +275,23 @@ impl Drop for OpenSlot<'_> {
     }
 }
 
+/// How many times a change of a game's seating reads it again after another hub node
+/// changed it first ([`Seats::swap_registration`]) before it gives up.
+const CHANGE_TRIES: u32 = 6;
+
+/// A change of a game's seating that lost to other nodes' changes [`CHANGE_TRIES`] times.
+fn changing_elsewhere() -> HubError {
+    HubError::Unavailable("the game kept changing on other hub nodes; try again".into())
+}
+
+/// The pause before a change of a game's seating reads the game again after losing to
+/// another node's (`lost` times so far): 1, 2, 4, … ms. The other node's change may not be
+/// readable at once (a store whose reads show durable values only has it staged until its
+/// next commit), and a read at once would only lose again.
+async fn after_losing(lost: u32) {
+    tokio::time::sleep(std::time::Duration::from_millis(1 << lost.min(6))).await;
+}
+
 /// How many stripes [`Seats::turn`] spreads games over. A turn is held across a group
 /// commit of the meta store, so a stripe shared by games seated at the same moment makes
 /// them take consecutive commits; with this many, a hub seating thousands of games a
@@ -555,7 +572,9 @@ impl Seats {
     /// replacing (a fresh code issued for a game just paired stayed live and seated a
     /// second O; a cancel racing a pair left a started game with no seat). Each holds its
     /// game's turn from its read to its last write, so on this hub they happen one after
-    /// the other, and each reads what the one before it left.
+    /// the other, and each reads what the one before it left. (Nodes sharing a store take
+    /// no turns with each other: there a registration is written only over the bytes it
+    /// was read from, see [`Seats::swap_registration`].)
     fn turn(&self, inbox: &str, game: &str) -> &tokio::sync::Mutex<()> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -777,44 +796,141 @@ impl Seats {
     /// A fresh code for X before pairing; the old one dies.
     pub async fn new_code(&self, auth: &SeatAuth, ttl_ms: u64) -> Result<(String, u64), HubError> {
         let _turn = self.turn(&auth.inbox, &auth.game).lock().await;
-        let mut reg = Registration::clone(&*self.owned_unpaired(auth).await?);
-        let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
-        if let Some(old) = reg.code_hash.replace(hash) {
-            self.retire_code(&old, &auth.inbox, &auth.game).await?;
+        for lost in 0..CHANGE_TRIES {
+            if lost > 0 {
+                after_losing(lost - 1).await;
+            }
+            let (current, before) = self.owned_unpaired(auth).await?;
+            let mut reg = Registration::clone(&current);
+            let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
+            let old = reg.code_hash.replace(hash.clone());
+            let ids = (&*auth.inbox, &*auth.game);
+            if !self
+                .swap_registration(ids, before.as_ref(), Some(&reg))
+                .await?
+            {
+                // Another node paired, cancelled or renewed the game since it was read:
+                // the code drawn dies unseen, and the game is read again.
+                self.retire_code(&hash, &auth.inbox, &auth.game).await?;
+                continue;
+            }
+            if let Some(old) = old {
+                self.retire_code(&old, &auth.inbox, &auth.game).await?;
+            }
+            return Ok((code, expires_ms));
         }
-        self.put_registration(&reg).await?;
-        Ok((code, expires_ms))
+        Err(changing_elsewhere())
     }
 
-    /// X's registration while still unpaired; errors otherwise. A game that is not open
-    /// here is read from the store: it finished (and was paired: 409, not 404), or another
-    /// hub node created it.
-    async fn owned_unpaired(&self, auth: &SeatAuth) -> Result<Arc<Registration>, HubError> {
+    /// X's registration while still unpaired, with the bytes it was read from when nodes
+    /// share the store (the value a change of it must find there, see
+    /// [`Seats::swap_registration`]); errors otherwise. On one hub a game that is not open
+    /// here is read from the store: it finished (and was paired: 409, not 404).
+    async fn owned_unpaired(
+        &self,
+        auth: &SeatAuth,
+    ) -> Result<(Arc<Registration>, Option<Bytes>), HubError> {
         if auth.seat != Seat::X {
             return Err(HubError::Forbidden("only the host (X) may do this".into()));
         }
-        let reg = match self.registration(&auth.inbox, &auth.game) {
-            Some(reg) => reg,
-            None => self
-                .stored_registration(&auth.inbox, &auth.game)
+        let no_game = || HubError::NotFound("no such seated game".into());
+        let (reg, before) = if self.shared {
+            let (reg, bytes) = self
+                .read_registration(&auth.inbox, &auth.game)
                 .await?
-                .ok_or_else(|| HubError::NotFound("no such seated game".into()))?,
+                .ok_or_else(no_game)?;
+            (reg, Some(bytes))
+        } else {
+            let reg = match self.registration(&auth.inbox, &auth.game) {
+                Some(reg) => reg,
+                None => self
+                    .stored_registration(&auth.inbox, &auth.game)
+                    .await?
+                    .ok_or_else(no_game)?,
+            };
+            (reg, None)
         };
         if reg.paired {
             return Err(HubError::AlreadyPaired);
         }
-        Ok(reg)
+        Ok((reg, before))
+    }
+
+    /// A registration as the store holds it now, with its bytes. Not cached.
+    async fn read_registration(
+        &self,
+        inbox: &str,
+        game: &str,
+    ) -> Result<Option<(Arc<Registration>, Bytes)>, HubError> {
+        let Some(bytes) = self.meta.get(&game_key(inbox, game)).await? else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_slice::<Registration>(&bytes)
+            .ok()
+            .map(|reg| (self.commons.lock().share(reg), bytes)))
+    }
+
+    /// Writes a game's registration (`after`; `None` removes it). Where nodes share the
+    /// store, only over `before`, the bytes it was read from, so that of two nodes changing
+    /// one game at once one finds the other's change and answers by it instead of writing
+    /// over it ([`Meta::replace`]); false when the store held something else. On one hub,
+    /// where a game's changes take turns ([`Seats::turn`]), `before` is `None` and this is
+    /// a plain write. The cache follows what was written.
+    async fn swap_registration(
+        &self,
+        (inbox, game): (&str, &str),
+        before: Option<&Bytes>,
+        after: Option<&Registration>,
+    ) -> Result<bool, HubError> {
+        let key = game_key(inbox, game);
+        let written = match (before, after) {
+            (Some(before), after) => {
+                let after = after.map(json_bytes).transpose()?;
+                self.meta.replace(&key, before, after).await?
+            }
+            (None, Some(reg)) => {
+                self.meta.put(&key, json_bytes(reg)?).await?;
+                true
+            }
+            (None, None) => {
+                self.meta.delete(&key).await?;
+                true
+            }
+        };
+        if written {
+            match after {
+                Some(reg) => {
+                    self.cache(reg.clone());
+                }
+                None => {
+                    self.games.remove(&(inbox, game) as &dyn GameIds);
+                }
+            }
+        }
+        Ok(written)
     }
 
     /// Cancels an unpaired game: its id, X's token and its code stop working.
     pub async fn cancel(&self, auth: &SeatAuth) -> Result<(), HubError> {
         let _turn = self.turn(&auth.inbox, &auth.game).lock().await;
-        let reg = self.owned_unpaired(auth).await?;
+        let mut lost = 0;
+        let reg = loop {
+            let (reg, before) = self.owned_unpaired(auth).await?;
+            let ids = (&*auth.inbox, &*auth.game);
+            if self.swap_registration(ids, before.as_ref(), None).await? {
+                break reg;
+            }
+            // Another node paired or renewed the game since it was read: read it again.
+            if lost + 1 == CHANGE_TRIES {
+                return Err(changing_elsewhere());
+            }
+            after_losing(lost).await;
+            lost += 1;
+        };
+        // Its code dies with it: a pair that took the code meanwhile finds no game.
         if let Some(old) = &reg.code_hash {
             self.retire_code(old, &auth.inbox, &auth.game).await?;
         }
-        self.meta.delete(&game_key(&reg.inbox, &reg.game)).await?;
-        self.games.remove(&(reg.inbox.clone(), reg.game.clone()));
         self.close(&reg).await?;
         // X's token now opens nothing: drop it so it answers 401.
         let stale: Vec<[u8; 32]> = self
@@ -889,17 +1005,23 @@ impl Seats {
         // A single hub's cache holds every open game's registration as the store does
         // (every change goes through both); nodes sharing a store read it, since another
         // node may have created the game. A game missing from the cache is read too.
-        let cached = if self.shared {
-            None
+        // Nodes sharing a store read it with its bytes, which the paired registration is
+        // written over only if no other node changed it meanwhile.
+        let found = if self.shared {
+            self.read_registration(&rec.inbox, &rec.game)
+                .await
+                .map(|r| r.map(|(reg, bytes)| (reg, Some(bytes))))
         } else {
-            self.registration(&rec.inbox, &rec.game)
+            match self.registration(&rec.inbox, &rec.game) {
+                Some(reg) => Ok(Some((reg, None))),
+                None => self
+                    .refresh(&rec.inbox, &rec.game)
+                    .await
+                    .map(|r| r.map(|reg| (reg, None))),
+            }
         };
-        let found = match cached {
-            Some(reg) => Ok(Some(reg)),
-            None => self.refresh(&rec.inbox, &rec.game).await,
-        };
-        let reg = match found {
-            Ok(Some(reg)) => reg,
+        let (reg, before) = match found {
+            Ok(Some(found)) => found,
             Ok(None) => return spent(HubError::NotFound("the game was cancelled".into())).await,
             Err(e) => return spent(e).await,
         };
@@ -915,11 +1037,20 @@ impl Seats {
         reg.agent_o = agent_o;
         reg.paired = true;
         reg.code_hash = None;
-        let (token, (), ()) = futures_util::try_join!(
+        let ids = (rec.inbox.as_str(), rec.game.as_str());
+        let (token, (), paired) = futures_util::try_join!(
             self.issue_token(&reg.inbox, &reg.game, Seat::O),
             self.retire_code(&hash, &rec.inbox, &rec.game),
-            self.put_registration(&reg),
+            self.swap_registration(ids, before.as_ref(), Some(&reg)),
         )?;
+        if !paired {
+            // Another node cancelled the game or gave it a fresh code since it was read:
+            // this code is dead, and the seat just issued opens nothing.
+            let seat = token_hash(&token);
+            self.tokens.remove(&seat);
+            self.meta.discard(&seat_key(&seat)).await?;
+            return Err(HubError::CodeUsed);
+        }
         Ok((token, reg))
     }
 

@@ -279,6 +279,81 @@ async fn a_pair_and_a_cancel_of_one_game_take_turns() {
 }
 
 #[actix_rt::test]
+async fn nodes_sharing_a_store_pair_renew_and_cancel_one_game_one_at_a_time() {
+    // Two hub nodes on one store take no turns with each other: each writes the game's
+    // registration only over what it read (`Meta::replace`), and the one that finds the
+    // other's change answers by it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta: Arc<dyn Meta> = Arc::new(crate::meta::EmbeddedMeta::open(dir.path()).expect("open"));
+    let a = Seats::load(meta.clone(), true).await.expect("load");
+    let b = Seats::load(meta.clone(), true).await.expect("load");
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    let stored = |game: String| {
+        let meta = meta.clone();
+        async move {
+            meta.get(&game_key("lobby", &game))
+                .await
+                .expect("read")
+                .map(|v| serde_json::from_slice::<Registration>(&v).expect("a registration"))
+        }
+    };
+    let mut outcomes = std::collections::BTreeSet::new();
+    for trial in 0..32 {
+        let game = format!("g{trial}");
+        let (x_token, code, _) = a
+            .create(registration(&game, rules.clone()), 60_000)
+            .await
+            .expect("create");
+        let x = a.seat_for_token(&x_token).expect("X's seat");
+        let pair = a.pair(&code, |_| Ok((None, false)));
+        if trial % 2 == 0 {
+            let (paired, fresh) = tokio::join!(pair, b.new_code(&x, 60_000));
+            let reg = stored(game.clone()).await.expect("still there");
+            match (paired, fresh) {
+                (Ok(_), Err(HubError::AlreadyPaired)) => {
+                    assert!(reg.paired && reg.code_hash.is_none(), "{reg:?}");
+                    outcomes.insert("paired, then no code");
+                }
+                (Err(HubError::CodeUsed), Ok((fresh, _))) => {
+                    assert!(!reg.paired, "{reg:?}");
+                    let hash = crypto::sha256_hex(fresh.as_bytes());
+                    assert_eq!(reg.code_hash.as_deref(), Some(hash.as_str()));
+                    outcomes.insert("renewed, then the old code is dead");
+                }
+                other => panic!("trial {trial}: {other:?}"),
+            }
+        } else {
+            let (paired, cancelled) = tokio::join!(pair, b.cancel(&x));
+            let reg = stored(game.clone()).await;
+            match (paired, cancelled) {
+                (Ok(_), Err(HubError::AlreadyPaired)) => {
+                    assert!(reg.is_some_and(|r| r.paired), "trial {trial}");
+                    outcomes.insert("paired, then not cancelled");
+                }
+                (Err(HubError::CodeUsed | HubError::NotFound(_)), Ok(())) => {
+                    assert!(reg.is_none(), "trial {trial}: {reg:?}");
+                    outcomes.insert("cancelled, then not paired");
+                }
+                other => panic!("trial {trial}: {other:?}"),
+            }
+        }
+        // Never a second O: whatever code the game ends with seats nobody more.
+        let o_seats = meta
+            .scan("seat/")
+            .await
+            .expect("scan")
+            .into_iter()
+            .filter(|(_, v)| {
+                let r: serde_json::Value = serde_json::from_slice(v).expect("json");
+                r["game"] == game.as_str() && r["seat"] == "O"
+            })
+            .count();
+        assert!(o_seats <= 1, "trial {trial}: {o_seats} seats of O");
+    }
+    assert!(outcomes.len() >= 2, "{outcomes:?}");
+}
+
+#[actix_rt::test]
 async fn creates_racing_each_other_stay_under_the_open_games_cap() {
     // The cap used to be checked before the create and counted after it, and a dozen
     // creates at once passed it.

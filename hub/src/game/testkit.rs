@@ -266,6 +266,23 @@ impl Meta for MemMeta {
         Ok(self.map.lock().remove(key).is_some())
     }
 
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &[u8],
+        value: Option<Bytes>,
+    ) -> Result<bool, StoreError> {
+        let mut map = self.map.lock();
+        if map.get(key).map(|v| v.as_ref()) != Some(expected) {
+            return Ok(false);
+        }
+        match value {
+            Some(value) => map.insert(key.to_string(), value),
+            None => map.remove(key),
+        };
+        Ok(true)
+    }
+
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
         Ok(self.map.lock().remove(key))
     }
@@ -296,5 +313,10 @@ mod tests {
     #[tokio::test]
     async fn the_memory_meta_store_walks_a_scan_by_pages() {
         crate::meta::check_scan_pages(&super::MemMeta::default()).await;
+    }
+
+    #[tokio::test]
+    async fn the_memory_meta_store_replaces_only_what_it_was_told() {
+        crate::meta::check_replace(&super::MemMeta::default()).await;
     }
 }

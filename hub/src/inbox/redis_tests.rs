@@ -202,3 +202,13 @@ async fn the_redis_meta_store_walks_a_scan_by_pages() {
     let meta = crate::meta_redis::RedisMeta::new(inbox.connection(), inbox.health());
     crate::meta::check_scan_pages(&meta).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_meta_store_replaces_only_what_it_was_told() {
+    let s = server();
+    let inbox = RedisInbox::open(&format!("redis://127.0.0.1:{}", s.port), 4)
+        .await
+        .expect("open");
+    let meta = crate::meta_redis::RedisMeta::new(inbox.connection(), inbox.health());
+    crate::meta::check_replace(&meta).await;
+}

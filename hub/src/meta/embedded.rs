@@ -540,7 +540,7 @@ impl EmbeddedMeta {
         &self,
         key: &str,
         value: Option<Bytes>,
-        ask: Ask,
+        ask: Ask<'_>,
         wait: bool,
     ) -> Result<Option<Option<Bytes>>, StoreError> {
         let early = self.shared.look(key, ask);
@@ -555,7 +555,7 @@ impl EmbeddedMeta {
         &self,
         key: &str,
         value: Option<Bytes>,
-        ask: Ask,
+        ask: Ask<'_>,
         early: Option<Looked>,
         wait: bool,
     ) -> Result<Option<Option<Bytes>>, StoreError> {
@@ -591,11 +591,16 @@ impl EmbeddedMeta {
             // Read under the lock, before staging, when the lookup did not read it: after a
             // failed read nothing changes.
             let before = match before {
-                _ if ask != Ask::Value => None,
+                _ if !ask.reads() => None,
                 Before::Staged(v) => v,
                 Before::Durable(_, Some(v)) => Some(v),
                 Before::Durable(at, None) => Some(self.shared.read(at)?),
             };
+            if let Ask::Equal(expected) = ask {
+                if before.as_deref() != Some(expected) {
+                    return Ok(None);
+                }
+            }
             let number = staged.next;
             staged.next += 1;
             let change = Change {
@@ -620,7 +625,7 @@ impl EmbeddedMeta {
 
 /// What a change asks of its key before it is staged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ask {
+enum Ask<'a> {
     /// Nothing: the key is not looked up (a put, a discard).
     Nothing,
     /// That it holds no value (`insert_new`).
@@ -629,16 +634,24 @@ enum Ask {
     Present,
     /// That it holds a value, and what the value is (`take`).
     Value,
+    /// That it holds exactly these bytes (`replace`).
+    Equal(&'a [u8]),
 }
 
-impl Ask {
-    /// Whether a key that holds a value (`present`) or not may be changed.
+impl Ask<'_> {
+    /// Whether a key that holds a value (`present`) or not may be changed (for
+    /// [`Ask::Equal`], whether it may be once its value is compared).
     fn holds(self, present: bool) -> bool {
         match self {
             Ask::Nothing => true,
             Ask::Absent => !present,
-            Ask::Present | Ask::Value => present,
+            Ask::Present | Ask::Value | Ask::Equal(_) => present,
         }
+    }
+
+    /// Whether the change needs the key's value, not only whether it has one.
+    fn reads(self) -> bool {
+        matches!(self, Ask::Value | Ask::Equal(_))
     }
 }
 
@@ -680,7 +693,7 @@ impl Shared {
         // its write lock holds the staging lock meanwhile.
         let place = self.keys.read().place(&Key::of(key)).ok()?;
         let found = match place {
-            Some(at) if ask == Ask::Value => Some((at, Some(self.read(at).ok()?))),
+            Some(at) if ask.reads() => Some((at, Some(self.read(at).ok()?))),
             Some(at) => Some((at, None)),
             None => None,
         };
@@ -848,6 +861,18 @@ impl Meta for EmbeddedMeta {
         // when a delete found it there; a key discarded that was not there after all
         // costs a gone entry where a filter admits it falsely (one in a thousand).
         self.change(key, None, Ask::Nothing, true).await.map(|_| ())
+    }
+
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &[u8],
+        value: Option<Bytes>,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .change(key, value, Ask::Equal(expected), true)
+            .await?
+            .is_some())
     }
 
     async fn take(&self, key: &str) -> Result<Option<Bytes>, StoreError> {

@@ -504,6 +504,31 @@ async fn pages_of_a_scan_walk_every_key_once_in_order() {
 }
 
 #[tokio::test]
+async fn a_replace_writes_only_over_the_value_expected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = EmbeddedMeta::open(dir.path()).expect("open");
+    crate::meta::check_replace(&meta).await;
+    // Against a value staged and not yet durable, too: the newest value is the one
+    // compared, as for every other check of the store.
+    let (put, replaced) = tokio::join!(
+        meta.put("r/b", Bytes::from_static(b"1")),
+        meta.replace("r/b", b"1", Some(Bytes::from_static(b"2")))
+    );
+    put.expect("put");
+    assert!(replaced.expect("replace"));
+    drop(meta);
+    let meta = EmbeddedMeta::open(dir.path()).expect("reopen");
+    assert_eq!(
+        meta.get("r/b").await.expect("get"),
+        Some(Bytes::from_static(b"2"))
+    );
+    assert_eq!(
+        meta.get("r/a").await.expect("get"),
+        Some(Bytes::from_static(b"again"))
+    );
+}
+
+#[tokio::test]
 async fn changes_survive_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
