@@ -1003,14 +1003,17 @@ impl Seats {
             Err(e)
         };
         // A single hub's cache holds every open game's registration as the store does
-        // (every change goes through both); nodes sharing a store read it, since another
-        // node may have created the game. A game missing from the cache is read too.
-        // Nodes sharing a store read it with its bytes, which the paired registration is
-        // written over only if no other node changed it meanwhile.
+        // (every change goes through both; a game missing from it is read too). Nodes
+        // sharing a store read the store, since another node may have created or changed
+        // the game, and keep the bytes: the paired registration is written over them only
+        // if no other node changed it meanwhile.
         let found = if self.shared {
-            self.read_registration(&rec.inbox, &rec.game)
-                .await
-                .map(|r| r.map(|(reg, bytes)| (reg, Some(bytes))))
+            let read = self.read_registration(&rec.inbox, &rec.game).await;
+            if let Ok(None) = read {
+                self.games
+                    .remove(&(rec.inbox.as_str(), rec.game.as_str()) as &dyn GameIds);
+            }
+            read.map(|r| r.map(|(reg, bytes)| (reg, Some(bytes))))
         } else {
             match self.registration(&rec.inbox, &rec.game) {
                 Some(reg) => Ok(Some((reg, None))),
