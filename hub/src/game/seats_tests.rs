@@ -173,29 +173,44 @@ async fn seats_on_disk() -> (tempfile::TempDir, Arc<dyn Meta>, Seats) {
     (dir, meta, seats)
 }
 
+/// A new game `g{trial}` of `seats`: X's token, X's seat and the pairing code.
+async fn new_game(seats: &Seats, trial: usize) -> (String, SeatAuth, String) {
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    let (x_token, code, _) = seats
+        .create(registration(&format!("g{trial}"), rules), 60_000)
+        .await
+        .expect("create");
+    let x = seats.seat_for_token(&x_token).expect("X's seat");
+    (x_token, x, code)
+}
+
+/// Runs `a` and `b` together, `a` polled first in even trials and `b` in odd ones, so that
+/// each goes first in turn; answers in the order given.
+async fn together<A: std::future::Future, B: std::future::Future>(
+    trial: usize,
+    a: A,
+    b: B,
+) -> (A::Output, B::Output) {
+    if trial.is_multiple_of(2) {
+        tokio::join!(a, b)
+    } else {
+        let (b, a) = tokio::join!(b, a);
+        (a, b)
+    }
+}
+
 #[actix_rt::test]
 async fn a_pair_and_a_fresh_code_of_one_game_take_turns() {
     // Before turns, a fresh code asked for while the guest's pair was being written was
     // issued for a game that was being paired, and stayed live: a second person redeemed
     // it and got O's seat too.
     let (_dir, _meta, seats) = seats_on_disk().await;
-    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
     let (mut paired_first, mut fresh_first) = (0, 0);
     for trial in 0..24 {
         let game = format!("g{trial}");
-        let (x_token, code, _) = seats
-            .create(registration(&game, rules.clone()), 60_000)
-            .await
-            .expect("create");
-        let x = seats.seat_for_token(&x_token).expect("X's seat");
+        let (_, x, code) = new_game(&seats, trial).await;
         let pair = seats.pair(&code, |_| Ok((None, false)));
-        let fresh = seats.new_code(&x, 60_000);
-        let (paired, fresh) = if trial % 2 == 0 {
-            tokio::join!(pair, fresh)
-        } else {
-            let (f, p) = tokio::join!(fresh, pair);
-            (p, f)
-        };
+        let (paired, fresh) = together(trial, pair, seats.new_code(&x, 60_000)).await;
         match (paired, fresh) {
             (Ok(_), Err(HubError::AlreadyPaired)) => paired_first += 1,
             (Err(HubError::CodeUsed), Ok((fresh_code, _))) => {
@@ -231,23 +246,12 @@ async fn a_pair_and_a_cancel_of_one_game_take_turns() {
     // Before turns, both could succeed: the game was deleted, yet the pair wrote it back
     // paired, and O's token opened a game nobody could play.
     let (_dir, meta, seats) = seats_on_disk().await;
-    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
     let (mut paired_first, mut cancelled_first) = (0, 0);
     for trial in 0..24 {
         let game = format!("g{trial}");
-        let (x_token, code, _) = seats
-            .create(registration(&game, rules.clone()), 60_000)
-            .await
-            .expect("create");
-        let x = seats.seat_for_token(&x_token).expect("X's seat");
+        let (x_token, x, code) = new_game(&seats, trial).await;
         let pair = seats.pair(&code, |_| Ok((None, false)));
-        let cancel = seats.cancel(&x);
-        let (paired, cancelled) = if trial % 2 == 0 {
-            tokio::join!(pair, cancel)
-        } else {
-            let (c, p) = tokio::join!(cancel, pair);
-            (p, c)
-        };
+        let (paired, cancelled) = together(trial, pair, seats.cancel(&x)).await;
         let stored = meta
             .get(&game_key("lobby", &game))
             .await
@@ -287,7 +291,6 @@ async fn nodes_sharing_a_store_pair_renew_and_cancel_one_game_one_at_a_time() {
     let meta: Arc<dyn Meta> = Arc::new(crate::meta::EmbeddedMeta::open(dir.path()).expect("open"));
     let a = Seats::load(meta.clone(), true).await.expect("load");
     let b = Seats::load(meta.clone(), true).await.expect("load");
-    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
     let stored = |game: String| {
         let meta = meta.clone();
         async move {
@@ -300,14 +303,10 @@ async fn nodes_sharing_a_store_pair_renew_and_cancel_one_game_one_at_a_time() {
     let mut outcomes = std::collections::BTreeSet::new();
     for trial in 0..32 {
         let game = format!("g{trial}");
-        let (x_token, code, _) = a
-            .create(registration(&game, rules.clone()), 60_000)
-            .await
-            .expect("create");
-        let x = a.seat_for_token(&x_token).expect("X's seat");
+        let (_, x, code) = new_game(&a, trial).await;
         let pair = a.pair(&code, |_| Ok((None, false)));
         if trial % 2 == 0 {
-            let (paired, fresh) = tokio::join!(pair, b.new_code(&x, 60_000));
+            let (paired, fresh) = together(trial / 2, pair, b.new_code(&x, 60_000)).await;
             let reg = stored(game.clone()).await.expect("still there");
             match (paired, fresh) {
                 (Ok(_), Err(HubError::AlreadyPaired)) => {
@@ -323,7 +322,7 @@ async fn nodes_sharing_a_store_pair_renew_and_cancel_one_game_one_at_a_time() {
                 other => panic!("trial {trial}: {other:?}"),
             }
         } else {
-            let (paired, cancelled) = tokio::join!(pair, b.cancel(&x));
+            let (paired, cancelled) = together(trial / 2, pair, b.cancel(&x)).await;
             let reg = stored(game.clone()).await;
             match (paired, cancelled) {
                 (Ok(_), Err(HubError::AlreadyPaired)) => {
