@@ -976,11 +976,9 @@ impl Seats {
         let code = normalize_code(code).ok_or_else(|| HubError::NotFound("unknown code".into()))?;
         let hash = crypto::sha256_hex(code.as_bytes());
         let key = code_key(&hash);
-        let rec = self
-            .meta
-            .take(&key)
-            .await?
-            .ok_or_else(|| HubError::NotFound("unknown pairing code".into()))?;
+        let Some(rec) = self.meta.take(&key).await? else {
+            return Err(self.code_not_there(&key).await);
+        };
         let rec: CodeRecord = serde_json::from_slice(&rec)
             .map_err(|_| HubError::NotFound("unknown pairing code".into()))?;
         if rec.used || now_ms() > rec.expires_ms {
@@ -1055,6 +1053,29 @@ impl Seats {
             return Err(HubError::CodeUsed);
         }
         Ok((token, reg))
+    }
+
+    /// Why a code's record was not there to take. Another guest's pair may have it, and
+    /// puts it back as a tombstone once that pair is written: a guest who lost the race
+    /// then hears `code_used`, as one who came a moment later would, rather than that the
+    /// code is unknown. The record is looked at a few times over about 15 ms (a store that
+    /// reads durable values only shows the tombstone once it is written); a code that
+    /// stays absent is unknown. The wait also slows guessing a little.
+    async fn code_not_there(&self, key: &str) -> HubError {
+        for wait_ms in [1, 2, 4, 8] {
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+            match self.meta.get(key).await {
+                Ok(Some(value)) => match serde_json::from_slice::<CodeRecord>(&value) {
+                    Ok(rec) if rec.used => return HubError::CodeUsed,
+                    // Still the live code: the pair that took it is not written yet.
+                    Ok(_) => continue,
+                    Err(_) => break,
+                },
+                Ok(None) => continue,
+                Err(e) => return e.into(),
+            }
+        }
+        HubError::NotFound("unknown pairing code".into())
     }
 
     /// Remembers durably that `seat` has a choice held in memory.

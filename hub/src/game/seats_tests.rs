@@ -241,6 +241,74 @@ async fn a_pair_and_a_fresh_code_of_one_game_take_turns() {
     );
 }
 
+/// A store whose reads take a few milliseconds, as a Redis server's round trips do.
+struct SlowReads(Arc<dyn Meta>);
+
+#[async_trait::async_trait]
+impl Meta for SlowReads {
+    async fn put(&self, key: &str, value: Bytes) -> Result<(), crate::inbox::StoreError> {
+        self.0.put(key, value).await
+    }
+    async fn insert_new(&self, key: &str, value: Bytes) -> Result<bool, crate::inbox::StoreError> {
+        self.0.insert_new(key, value).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Bytes>, crate::inbox::StoreError> {
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        self.0.get(key).await
+    }
+    async fn delete(&self, key: &str) -> Result<bool, crate::inbox::StoreError> {
+        self.0.delete(key).await
+    }
+    async fn replace(
+        &self,
+        key: &str,
+        expected: &[u8],
+        value: Option<Bytes>,
+    ) -> Result<bool, crate::inbox::StoreError> {
+        self.0.replace(key, expected, value).await
+    }
+    async fn take(&self, key: &str) -> Result<Option<Bytes>, crate::inbox::StoreError> {
+        self.0.take(key).await
+    }
+    async fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Bytes)>, crate::inbox::StoreError> {
+        self.0.scan_page(prefix, after, limit).await
+    }
+    fn ready(&self) -> bool {
+        self.0.ready()
+    }
+}
+
+#[actix_rt::test]
+async fn of_two_guests_racing_for_one_code_the_loser_hears_it_was_used() {
+    // The loser used to hear `not_found`: the winner had taken the code's record, and its
+    // tombstone was not back yet. Two nodes on one store whose reads take a round trip, the
+    // winner reading the game's registration meanwhile, as on Redis.
+    let (_dir, meta, _) = seats_on_disk().await;
+    let meta: Arc<dyn Meta> = Arc::new(SlowReads(meta));
+    let a = Seats::load(meta.clone(), true).await.expect("load");
+    let b = Seats::load(meta.clone(), true).await.expect("load");
+    for trial in 0..8 {
+        let (_, _, code) = new_game(&a, trial).await;
+        let (won, lost) = together(
+            trial,
+            a.pair(&code, |_| Ok((None, false))),
+            b.pair(&code, |_| Ok((None, false))),
+        )
+        .await;
+        match (won, lost) {
+            (Ok(_), Err(HubError::CodeUsed)) | (Err(HubError::CodeUsed), Ok(_)) => {}
+            other => panic!("trial {trial}: {other:?}"),
+        }
+    }
+    let unknown = b.pair("ZZZZZZZZ", |_| Ok((None, false))).await;
+    assert!(matches!(unknown, Err(HubError::NotFound(_))), "{unknown:?}");
+}
+
 #[actix_rt::test]
 async fn a_pair_and_a_cancel_of_one_game_take_turns() {
     // Before turns, both could succeed: the game was deleted, yet the pair wrote it back
