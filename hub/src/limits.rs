@@ -34,6 +34,11 @@ use governor::{Quota, RateLimiter};
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
+/// The longest period a budget may have: a day. Far longer ones overflowed the limiter's
+/// nanosecond clock (a period of 584 years panicked at start, one just under it limited
+/// nothing), and no budget of a game server needs more.
+pub const MAX_PERIOD_SECS: u64 = 86_400;
+
 /// A budget of `count` actions per `per`, e.g. `60/10` (60 per 10 seconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateSpec {
@@ -78,8 +83,10 @@ impl FromStr for RateSpec {
             .trim()
             .parse()
             .map_err(|_| format!("`{secs}` is not a whole number of seconds"))?;
-        if secs == 0 {
-            return Err("the period must be at least 1 second".into());
+        if !(1..=MAX_PERIOD_SECS).contains(&secs) {
+            return Err(format!(
+                "the period must be from 1 to {MAX_PERIOD_SECS} seconds (a day)"
+            ));
         }
         Ok(RateSpec {
             count,
@@ -350,7 +357,26 @@ mod tests {
     fn rate_specs_parse_and_refuse_nonsense() {
         assert_eq!(spec("60/10"), RateSpec::DEFAULT_EVENTS);
         assert_eq!(spec("60/10").to_string(), "60/10");
-        for bad in ["60", "0/10", "60/0", "x/10", "60/y", "-1/10", ""] {
+        assert_eq!(spec("1/86400").per, Duration::from_secs(86_400));
+        // The longest period still limits: one action, then none for a day.
+        let limiter = EventLimiter::new(spec("1/86400"));
+        let someone = Person::seat("someone");
+        assert_eq!(limiter.charge(&someone), Ok(()));
+        assert!(limiter.charge(&someone).is_err());
+        assert_eq!(spec("4294967295/86400").count.get(), u32::MAX);
+        for bad in [
+            "60",
+            "0/10",
+            "60/0",
+            "x/10",
+            "60/y",
+            "-1/10",
+            "",
+            "1/86401",
+            "1/99999999999",
+            "1/18446744073",
+            "4294967296/1",
+        ] {
             assert!(bad.parse::<RateSpec>().is_err(), "{bad} was accepted");
         }
     }
