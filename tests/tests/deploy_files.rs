@@ -109,6 +109,21 @@ fn the_compose_file_runs_redis_with_aof_and_three_hub_nodes() {
     assert!(hubs >= 3, "compose.yaml runs {hubs} hub nodes");
 }
 
+#[test]
+fn the_image_is_built_from_the_sources_alone() {
+    // The Dockerfile copies the whole build context; without these the builder was sent
+    // target/ (gigabytes) and a default data directory's hub secret.
+    let ignored = read(&deploy().join("../.dockerignore"));
+    let lines: BTreeSet<&str> = ignored.lines().map(str::trim).collect();
+    for path in ["/target", "/data", "/.venv", "/.tools", "/.git"] {
+        assert!(
+            lines.contains(path),
+            ".dockerignore does not leave out {path}"
+        );
+    }
+    assert!(read(&deploy().join("Dockerfile")).contains("COPY . ."));
+}
+
 /// Every `pipehub_*` name in a query, without the suffixes Prometheus adds to histograms.
 fn queried_metrics(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
