@@ -43,7 +43,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 86_400.0) {
-        eprintln!("pipehub loadgen: --duration must be between 0 and 86400 seconds");
+        eprintln!("pipehub loadgen: --duration must be more than 0 and at most 86400 seconds");
         return Ok(2);
     }
     if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
@@ -111,8 +111,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 fn print_plain(config: &Config, o: &Outcome) {
     let r = &o.report;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    // The memory an open game costs is divided among the games that were seated, which a
+    // hub's limits can make fewer than asked for.
+    let open = o.seated.max(1) as f64;
     println!(
-        "{} games of {} ({}), {:.1} s{}",
+        "{} games of {} ({}), {:.1} s{}{}",
         r.games,
         config.protocol,
         if config.signed {
@@ -124,7 +127,12 @@ fn print_plain(config: &Config, o: &Outcome) {
         config
             .rate
             .map(|x| format!(", offered at most {x} moves/s"))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if o.seated < r.games {
+            format!("; only {} of them seated", o.seated)
+        } else {
+            String::new()
+        }
     );
     println!("moves     {} accepted, {:.1}/s", r.moves, r.moves_per_s);
     let l = &r.latency_ms;
@@ -155,7 +163,7 @@ fn print_plain(config: &Config, o: &Outcome) {
             "hub rss   {:.1} MiB with the games open ({:.1} MiB before; {:.1} KiB more per open game)",
             mib(end),
             mib(before),
-            (end.saturating_sub(before)) as f64 / 1024.0 / r.games.max(1) as f64
+            (end.saturating_sub(before)) as f64 / 1024.0 / open
         ),
         (Some(end), None) => println!("hub rss   {:.1} MiB with the games open", mib(end)),
         _ => println!("hub rss   unknown"),
@@ -164,7 +172,7 @@ fn print_plain(config: &Config, o: &Outcome) {
         println!(
             "          {:.1} MiB once the games were seated, before any move ({:.1} KiB more per open game)",
             mib(seated),
-            (seated.saturating_sub(before)) as f64 / 1024.0 / r.games.max(1) as f64
+            (seated.saturating_sub(before)) as f64 / 1024.0 / open
         );
     }
 }

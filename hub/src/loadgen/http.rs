@@ -68,15 +68,39 @@ struct ErrorMsg {
     detail: Option<Value>,
 }
 
+/// An error with each of its causes, once: a transport error's own text names only the
+/// request ("error sending request for url …"), its causes what went wrong (connection
+/// refused, a timeout).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 impl HubClient {
     /// `base` is the hub's URL, e.g. `http://127.0.0.1:8080`.
     pub fn new(base: &str) -> Result<HubClient, CallError> {
+        let is_http = reqwest::Url::parse(base)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !is_http {
+            return Err(CallError::Transport(format!(
+                "`{base}` is not an http:// or https:// URL (e.g. http://127.0.0.1:8080)"
+            )));
+        }
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .pool_max_idle_per_host(MAX_IN_FLIGHT)
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| CallError::Transport(e.to_string()))?;
+            .map_err(|e| CallError::Transport(causes(&e)))?;
         Ok(HubClient {
             base: base.trim_end_matches('/').to_string(),
             client,
@@ -137,10 +161,10 @@ impl HubClient {
             .send()
             .await
             .and_then(|r| r.error_for_status())
-            .map_err(|e| CallError::Transport(e.to_string()))?
+            .map_err(|e| CallError::Transport(causes(&e)))?
             .text()
             .await
-            .map_err(|e| CallError::Transport(e.to_string()))?;
+            .map_err(|e| CallError::Transport(causes(&e)))?;
         let rss_bytes = parse_rss(&text).ok_or_else(|| {
             CallError::Transport("/metrics has no process_resident_memory_bytes".into())
         })?;
@@ -162,7 +186,7 @@ impl HubClient {
             .json(&body)
             .send()
             .await
-            .map_err(|e| CallError::Transport(e.to_string()))?;
+            .map_err(|e| CallError::Transport(causes(&e)))?;
         let status = response.status().as_u16();
         let retry_after_s = response
             .headers()
@@ -173,7 +197,7 @@ impl HubClient {
         let bytes = response
             .bytes()
             .await
-            .map_err(|e| CallError::Transport(e.to_string()))?;
+            .map_err(|e| CallError::Transport(causes(&e)))?;
         if (200..300).contains(&status) {
             return serde_json::from_slice(&bytes)
                 .map_err(|e| CallError::Transport(format!("{path}: unreadable answer: {e}")));
@@ -251,5 +275,35 @@ mod tests {
             c("https://h.example").as_deref(),
             Some("wss://h.example/v1/ws")
         );
+        // Not a hub's URL: said so, rather than reqwest's "builder error" at the first call.
+        for bad in [
+            "notaurl",
+            "127.0.0.1:8080",
+            "ftp://h.example",
+            "http://",
+            "",
+        ] {
+            match HubClient::new(bad) {
+                Err(CallError::Transport(e)) => assert!(e.contains("http://"), "{bad}: {e}"),
+                Err(e) => panic!("{bad}: {e:?}"),
+                Ok(_) => panic!("{bad} was taken for a hub's URL"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hub_that_cannot_be_reached_is_said_why() {
+        // A port nobody listens on: the refusal itself is named, not only the request.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let hub = HubClient::new(&format!("http://127.0.0.1:{port}")).expect("a URL");
+        match hub.resident_memory().await {
+            Err(CallError::Transport(e)) => {
+                assert!(e.to_lowercase().contains("refused"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
