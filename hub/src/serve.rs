@@ -79,7 +79,13 @@ pub enum ServeError {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
     config.validate()?;
     let files = crate::files::raise_limit();
-    std::fs::create_dir_all(&config.data).map_err(|source| ServeError::DataDir {
+    let made = if config.data.exists() && !config.data.is_dir() {
+        // create_dir_all would say only "File exists".
+        Err(std::io::Error::other("it is not a directory"))
+    } else {
+        std::fs::create_dir_all(&config.data)
+    };
+    made.map_err(|source| ServeError::DataDir {
         path: config.data.clone(),
         source,
     })?;
@@ -341,8 +347,17 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         metrics.cluster_shards.set(i64::from(inbox.shards()));
         return Ok((inbox, Arc::new(meta), Some(cluster)));
     }
+    // An I/O error opening the embedded store names the directory it met it in (a
+    // permission refused, a read-only mount), not only the error.
+    let in_data = |e: StoreError| match e {
+        StoreError::Io(source) => ServeError::DataDir {
+            path: config.data.clone(),
+            source,
+        },
+        other => ServeError::Store(other),
+    };
     // Once the directory's lock is taken, the two stores replay their logs side by side.
-    let lock = crate::inbox::embedded::lock(&config.data)?;
+    let lock = crate::inbox::embedded::lock(&config.data).map_err(in_data)?;
     let (inbox, meta) = std::thread::scope(|s| {
         let meta = s.spawn(|| {
             EmbeddedMeta::open_with(&config.data, config.meta_pacing, config.meta_cold_keys)
@@ -354,7 +369,10 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (inbox, meta)
     });
-    let (inbox, meta) = (Arc::new(inbox?), Arc::new(meta?));
+    let (inbox, meta) = (
+        Arc::new(inbox.map_err(in_data)?),
+        Arc::new(meta.map_err(in_data)?),
+    );
     if inbox.shards() != config.shards {
         tracing::info!(
             requested = config.shards,
