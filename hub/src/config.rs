@@ -105,6 +105,14 @@ pub enum ConfigError {
     RedisNeedsSecret,
     #[error("hub secret file {path}: {source}")]
     SecretFile { path: PathBuf, source: io::Error },
+    #[error(
+        "{flag} `{addr}` is not an address to listen on (HOST:PORT, e.g. 127.0.0.1:8080): {source}"
+    )]
+    Listen {
+        flag: &'static str,
+        addr: String,
+        source: io::Error,
+    },
 }
 
 impl Config {
@@ -126,6 +134,24 @@ impl Config {
             .is_none()
         {
             return Err(ConfigError::UnknownProtocol(self.default_protocol.clone()));
+        }
+        // Before the data directory, its store and a new secret are made: an address that
+        // names nothing to listen on fails the start anyway. (One that is taken can only be
+        // found by binding it, later.)
+        let addresses = [
+            ("--listen", Some(&self.listen)),
+            ("--admin-listen", self.admin_listen.as_ref()),
+        ];
+        for (flag, addr) in addresses {
+            if let Some(addr) = addr {
+                if let Err(source) = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()) {
+                    return Err(ConfigError::Listen {
+                        flag,
+                        addr: addr.clone(),
+                        source,
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -185,6 +211,29 @@ fn load_or_create_secret(path: &Path) -> io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_address_that_names_nothing_to_listen_on_is_refused_up_front() {
+        assert!(Config::default().validate().is_ok());
+        for (listen, admin) in [
+            ("nonsense", None),
+            ("127.0.0.1:99999", None),
+            ("127.0.0.1", None),
+            ("127.0.0.1:8080", Some("8090")),
+        ] {
+            let config = Config {
+                listen: listen.into(),
+                admin_listen: admin.map(String::from),
+                ..Config::default()
+            };
+            match config.validate() {
+                Err(ConfigError::Listen { addr, .. }) => {
+                    assert!(addr == listen || Some(addr.as_str()) == admin)
+                }
+                other => panic!("{listen} {admin:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn the_secret_is_generated_once_private_and_then_reused() {
