@@ -23,6 +23,8 @@ use crate::limits::RateSpec;
 pub const MIN_SECRET_BYTES: usize = 16;
 /// The name of the generated secret inside the data directory.
 pub const SECRET_FILE: &str = "secret";
+/// The name of the secret's check inside the data directory ([`Config::check_secret`]).
+pub const SECRET_CHECK_FILE: &str = "secret.pub";
 
 /// Everything `pipehub serve` is told.
 #[derive(Clone, Debug)]
@@ -106,6 +108,12 @@ pub enum ConfigError {
     #[error("hub secret file {path}: {source}")]
     SecretFile { path: PathBuf, source: io::Error },
     #[error(
+        "this data directory was first used with another hub secret ({path} does not match \
+         this one): its games' hub-held seats would sign with keys nobody registered. Start \
+         it with the secret it was made with, or use another data directory"
+    )]
+    SecretChanged { path: PathBuf },
+    #[error(
         "{flag} `{addr}` is not an address to listen on (HOST:PORT, e.g. 127.0.0.1:8080): {source}"
     )]
     Listen {
@@ -168,6 +176,29 @@ impl Config {
         let path = self.data.join(SECRET_FILE);
         load_or_create_secret(&path).map_err(|source| ConfigError::SecretFile { path, source })
     }
+
+    /// Refuses a hub secret other than the one this data directory was first used with.
+    /// Hub-held seats' keys and custodial nonces derive from the secret, so a hub started
+    /// on another one (a `--secret` given to a directory that made its own, or changed)
+    /// would sign its games' moves with keys nobody registered and could not reveal their
+    /// commits. The check is the public key the secret derives for a seat of no game (as
+    /// public as any hub-held seat's key), written on the first start.
+    pub fn check_secret(&self, secret: &[u8]) -> Result<(), ConfigError> {
+        let path = self.data.join(SECRET_CHECK_FILE);
+        let check = crate::game::writer::hub_public_key(secret, "", "", games::Seat::X);
+        let failed = |source| ConfigError::SecretFile {
+            path: path.clone(),
+            source,
+        };
+        match fs::read_to_string(&path) {
+            Ok(stored) if stored.trim() == check => Ok(()),
+            Ok(_) => Err(ConfigError::SecretChanged { path }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                write_durably(&path, format!("{check}\n").as_bytes()).map_err(failed)
+            }
+            Err(e) => Err(failed(e)),
+        }
+    }
 }
 
 fn load_or_create_secret(path: &Path) -> io::Result<Vec<u8>> {
@@ -187,8 +218,14 @@ fn load_or_create_secret(path: &Path) -> io::Result<Vec<u8>> {
     }
     let mut secret = vec![0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut secret);
-    // Written to a temporary name and renamed, so a crash never leaves half a secret
-    // that a restart would then refuse.
+    write_durably(path, &secret)?;
+    Ok(secret)
+}
+
+/// Writes a small file whole or not at all, readable by this user only: to a temporary
+/// name, synced, then renamed, so that a crash never leaves half of it for a restart to
+/// refuse.
+fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
@@ -198,19 +235,40 @@ fn load_or_create_secret(path: &Path) -> io::Result<Vec<u8>> {
         options.mode(0o600);
     }
     let mut file = options.open(&tmp)?;
-    file.write_all(&secret)?;
+    file.write_all(bytes)?;
     file.sync_all()?;
     fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
         // The rename is durable only once the directory is.
         fs::File::open(dir)?.sync_all()?;
     }
-    Ok(secret)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_directory_keeps_the_secret_it_was_first_used_with() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = Config {
+            data: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let generated = config.secret_bytes().expect("generated");
+        config.check_secret(&generated).expect("first use");
+        config.check_secret(&generated).expect("the same secret");
+        let check = fs::read_to_string(dir.path().join(SECRET_CHECK_FILE)).expect("written");
+        assert_eq!(check.trim().len(), 64);
+        let other = b"another secret, given by --secret";
+        match config.check_secret(other) {
+            Err(ConfigError::SecretChanged { path }) => {
+                assert_eq!(path, dir.path().join(SECRET_CHECK_FILE))
+            }
+            refused => panic!("{refused:?}"),
+        }
+    }
 
     #[test]
     fn an_address_that_names_nothing_to_listen_on_is_refused_up_front() {

@@ -90,6 +90,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         source,
     })?;
     let secret = config.secret_bytes()?;
+    config.check_secret(&secret)?;
     let metrics = Arc::new(Metrics::new()?);
 
     let opened = Instant::now();
