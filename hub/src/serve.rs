@@ -107,8 +107,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .with_default(&config.default_protocol)
         .ok_or_else(|| ConfigError::UnknownProtocol(config.default_protocol.clone()))?;
     let mut hub_config = HubConfig::new(registry.clone(), secret);
-    hub_config.max_open_games = Some(config.max_open_games);
-    hub_config.max_captures_per_game = Some(config.max_captures_per_game);
+    // 0 is no cap, as for the per-address caps (a cap of 0 would refuse every game).
+    hub_config.max_open_games = Some(config.max_open_games).filter(|n| *n > 0);
+    hub_config.max_captures_per_game = Some(config.max_captures_per_game).filter(|n| *n > 0);
     hub_config.cluster = cluster
         .clone()
         .map(|c| c as crate::cluster::SharedOwnership);

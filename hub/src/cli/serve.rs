@@ -84,7 +84,8 @@ pub struct Args {
     )]
     pub rate_limit: RateSpec,
 
-    /// Open seated games one person may host at once (waiting, paired or unfinished).
+    /// Open seated games one person may host at once (waiting, paired or unfinished; 0: no
+    /// cap).
     #[arg(
         long,
         env = "PIPEHUB_MAX_OPEN_GAMES",
@@ -115,7 +116,7 @@ pub struct Args {
     )]
     pub max_connections_per_address: u32,
 
-    /// Captures (accepted or not) one game may have; further posts get 409.
+    /// Captures (accepted or not) one game may have; further posts get 409 (0: no cap).
     #[arg(
         long,
         env = "PIPEHUB_MAX_CAPTURES_PER_GAME",
