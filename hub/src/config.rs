@@ -226,7 +226,9 @@ fn load_or_create_secret(path: &Path) -> io::Result<Vec<u8>> {
 /// name, synced, then renamed, so that a crash never leaves half of it for a restart to
 /// refuse.
 fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
