@@ -193,22 +193,25 @@ async fn verdicts_are_fenced_by_the_lease() {
     assert_eq!(inbox.verdict(c).await.expect("verdict"), Some(v));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_meta_store_walks_a_scan_by_pages() {
+/// A Redis meta store on a server of its own, with the inbox whose connection it shares
+/// (both kept alive by the caller).
+async fn redis_meta() -> (Server, Arc<RedisInbox>, crate::meta_redis::RedisMeta) {
     let s = server();
     let inbox = RedisInbox::open(&format!("redis://127.0.0.1:{}", s.port), 4)
         .await
         .expect("open");
     let meta = crate::meta_redis::RedisMeta::new(inbox.connection(), inbox.health());
+    (s, inbox, meta)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_meta_store_walks_a_scan_by_pages() {
+    let (_s, _inbox, meta) = redis_meta().await;
     crate::meta::check_scan_pages(&meta).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_meta_store_replaces_only_what_it_was_told() {
-    let s = server();
-    let inbox = RedisInbox::open(&format!("redis://127.0.0.1:{}", s.port), 4)
-        .await
-        .expect("open");
-    let meta = crate::meta_redis::RedisMeta::new(inbox.connection(), inbox.health());
+    let (_s, _inbox, meta) = redis_meta().await;
     crate::meta::check_replace(&meta).await;
 }
