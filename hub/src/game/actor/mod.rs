@@ -198,6 +198,17 @@ impl GameActor {
             }
         }
         if self.chain.result().is_some_and(|r| r.is_over()) {
+            // A round cut short by a resign has nothing left to commit or reveal: a
+            // choice kept for it is dropped, so no view goes on showing it.
+            for seat in [Seat::X, Seat::O] {
+                let s = idx(seat);
+                self.choice[s] = None;
+                self.lost[s] = false;
+                if std::mem::take(&mut self.held[s]) {
+                    self.engine.metrics.held_choices.dec();
+                    self.clear_held_mark(seat);
+                }
+            }
             if let Some(reg) = self.registration() {
                 let engine = self.engine.clone();
                 actix::spawn(async move {

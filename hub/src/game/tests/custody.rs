@@ -288,3 +288,32 @@ async fn a_hub_held_seat_sends_its_choice_and_nothing_else() {
         .expect("commit");
     assert_eq!(p.verdict, Verdict::Accepted);
 }
+
+#[actix_rt::test]
+async fn a_resign_drops_the_choice_held_for_the_round_it_ended() {
+    // The page went on showing "your choice this round: rock" on the finished board, since
+    // the seat's view still carried the choice the hub had held for a turn that never came.
+    let f = open(config()).await;
+    let (x, o) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+    let held = f
+        .hub
+        .post_move(&o, json!({"choice": "rock"}))
+        .await
+        .expect("held");
+    assert_eq!(held.verdict, Verdict::Held);
+    assert_eq!(f.metrics.held_choices.get(), 1);
+    let resigned = f.hub.resign(&x).await.expect("resign");
+    assert_eq!(resigned.verdict, Verdict::Accepted);
+    let o_state = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::O))
+        .await
+        .expect("state");
+    assert_eq!(
+        o_state.result.as_ref().and_then(|r| r.by),
+        Some(games::WinBy::Resign)
+    );
+    let view = o_state.view.as_ref().expect("a view").value().clone();
+    assert_eq!(view.get("pendingChoice"), None, "{view}");
+    assert_eq!(f.metrics.held_choices.get(), 0);
+}
