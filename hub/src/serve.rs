@@ -65,6 +65,17 @@ pub enum ServeError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "the data directory {dir} holds a store, but {path} is gone ({what}); starting on \
+         what is left would lose or misread what it held. Restore the file, or use another \
+         data directory",
+        dir = .path.parent().unwrap_or(std::path::Path::new(".")).display(),
+        path = .path.display()
+    )]
+    StoreIncomplete {
+        path: std::path::PathBuf,
+        what: &'static str,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -89,6 +100,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         path: config.data.clone(),
         source,
     })?;
+    if config.redis.is_none() {
+        check_store_whole(config.data.as_path(), config.secret.is_some())?;
+    }
     let secret = config.secret_bytes()?;
     config.check_secret(&secret)?;
     let metrics = Arc::new(Metrics::new()?);
@@ -333,6 +347,69 @@ type Store = (
 
 /// Opens the Redis backend when `--redis` is given, else the embedded inbox and meta
 /// store, which share the data directory.
+/// Refuses an embedded store with one of its parts gone, before anything is made afresh in
+/// its place: a hub started on the inbox's log alone would let anyone move in seated games
+/// (their seats are in the meta log), on the meta log alone would write the starts of
+/// games whose moves are gone, without its `HEADER` would place events by another shard
+/// count, and without its secret (`secret` and `secret.pub` both, and none given) would
+/// make a new one and sign with keys no game registered. A store has data once either log
+/// is not empty; a first start that stopped between making one part and the next has none.
+fn check_store_whole(dir: &std::path::Path, secret_given: bool) -> Result<(), ServeError> {
+    let in_data = |source| ServeError::DataDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    // (any segment of the log `stem`, whether any holds data)
+    let mut logs = [("inbox-", false, false), ("meta-", false, false)];
+    for entry in std::fs::read_dir(dir).map_err(in_data)? {
+        let entry = entry.map_err(in_data)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| n.ends_with(".log")) else {
+            continue;
+        };
+        for (stem, found, data) in logs.iter_mut() {
+            if name.starts_with(*stem) {
+                *found = true;
+                *data |= entry.metadata().map_err(in_data)?.len() > 0;
+            }
+        }
+    }
+    let [(_, inbox, inbox_data), (_, meta, meta_data)] = logs;
+    let gone = |name: &str, what| {
+        Err(ServeError::StoreIncomplete {
+            path: dir.join(name),
+            what,
+        })
+    };
+    if meta_data && !inbox {
+        return gone(
+            "inbox-00000000.log",
+            "the inbox's log, which holds every event",
+        );
+    }
+    if inbox_data && !meta {
+        return gone(
+            "meta-00000000.log",
+            "the meta store's log, which holds every seat, seated game and pairing code",
+        );
+    }
+    if inbox_data && !dir.join("HEADER").exists() {
+        return gone(
+            "HEADER",
+            "it holds the shard count that every stored event's place follows",
+        );
+    }
+    let secret = [crate::config::SECRET_FILE, crate::config::SECRET_CHECK_FILE];
+    if (inbox_data || meta_data) && !secret_given && !secret.iter().any(|f| dir.join(f).exists()) {
+        return gone(
+            crate::config::SECRET_FILE,
+            "the hub secret, from which every hub-held seat's key derives; give it with \
+             --secret if it is kept elsewhere",
+        );
+    }
+    Ok(())
+}
+
 async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, ServeError> {
     if let Some(url) = &config.redis {
         let inbox = RedisInbox::open(url, config.shards).await?;

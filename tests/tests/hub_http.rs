@@ -366,6 +366,76 @@ fn a_second_hub_on_one_data_directory_refuses_to_start_and_the_first_goes_on() {
     assert_eq!(state["seq"], 2, "{state}");
 }
 
+/// `pipehub serve` on `data`, which must refuse to start: its stderr.
+fn refused_start(data: &std::path::Path) -> String {
+    let out = std::process::Command::new(pipehub_tests::pipehub_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .env("PIPEHUB_LOG", "error")
+        .output()
+        .expect("a hub runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_store_with_a_part_gone_or_a_byte_changed_refuses_to_start_and_names_it() {
+    // Each of these started: the meta log gone, anyone could move in seated games; the
+    // HEADER gone, a new one was written with another shard count; the secret gone, a new
+    // one signed with keys no game registered; a byte changed in the middle of the
+    // current log, everything after it was cut as a torn tail.
+    let mut hub = Hub::start(&[]);
+    let c = Client::new();
+    let g = Seated::new(&hub, &c, "whole", TTT);
+    for (seat, row) in [("X", 0), ("O", 1), ("X", 2)] {
+        moves(&hub, &c, &g, seat, row, 0);
+    }
+    assert_eq!(hub.terminate(), Some(0));
+    let data = hub.data().to_path_buf();
+    let snapshot = |name: &str| std::fs::read(data.join(name)).expect("a store file");
+    let inbox_log = snapshot("inbox-00000000.log");
+    let put_back =
+        |name: &str, bytes: &[u8]| std::fs::write(data.join(name), bytes).expect("put back");
+
+    for gone in ["meta-00000000.log", "HEADER"] {
+        let kept = snapshot(gone);
+        std::fs::remove_file(data.join(gone)).expect("remove");
+        let stderr = refused_start(&data);
+        assert!(
+            stderr.contains(&data.join(gone).display().to_string()),
+            "{stderr}"
+        );
+        assert!(!data.join(gone).exists(), "{gone} was made afresh");
+        put_back(gone, &kept);
+    }
+    let (secret, check) = (snapshot("secret"), snapshot("secret.pub"));
+    std::fs::remove_file(data.join("secret")).expect("remove");
+    std::fs::remove_file(data.join("secret.pub")).expect("remove");
+    let stderr = refused_start(&data);
+    assert!(stderr.contains("hub secret"), "{stderr}");
+    assert!(!data.join("secret").exists(), "a new secret was made");
+    put_back("secret", &secret);
+    put_back("secret.pub", &check);
+
+    // A byte of the second event's payload, with the third event after it.
+    let mut changed = inbox_log.clone();
+    let at = changed.len() / 2;
+    changed[at] ^= 0x20;
+    put_back("inbox-00000000.log", &changed);
+    let stderr = refused_start(&data);
+    assert!(stderr.contains("is damaged at byte"), "{stderr}");
+    assert!(stderr.contains("truncate -s"), "{stderr}");
+    assert_eq!(snapshot("inbox-00000000.log"), changed, "the log was cut");
+    put_back("inbox-00000000.log", &inbox_log);
+
+    // Whole again, the hub starts and the game goes on.
+    hub.restart();
+    moves(&hub, &c, &g, "O", 1, 1);
+    let state = c.get_auth(&hub.url(&g.path("/view")), g.token("X")).json();
+    assert_eq!(state["seq"], 4, "{state}");
+}
+
 #[test]
 fn bad_input_gets_clear_json_errors_and_stores_nothing() {
     let hub = Hub::start(&[]);

@@ -63,7 +63,6 @@ pub const PACING: log::Pacing = log::Pacing {
 };
 
 const HEADER_FILE: &str = "HEADER";
-const LOCK_FILE: &str = "LOCK";
 const HEADER_MAGIC: &str = "pipehub-inbox 1";
 
 /// What the store found at open.
@@ -83,7 +82,7 @@ pub struct EmbeddedInbox {
     tx: mpsc::Sender<Request>,
     writer: Mutex<Option<JoinHandle<()>>>,
     report: OpenReport,
-    /// An exclusive lock on `dir/LOCK`, held while the store is open: two hubs writing one
+    /// An exclusive lock on `dir`, held while the store is open: two hubs writing one
     /// directory would interleave their logs, so the second one refuses to start.
     _lock: DirLock,
 }
@@ -257,14 +256,12 @@ fn replay(
 /// tests, which spawn processes while others reopen stores, met it).
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Takes the directory's lock, or says which directory is in use.
+/// Takes the directory's lock, or says which directory is in use. The lock is on the
+/// directory itself, not on a file in it: a lock file deleted while its hub ran (by hand,
+/// or by a clean-up script) let a second hub lock a new one and write the same logs. A
+/// directory cannot be replaced under the files the first hub has open in it.
 fn lock_dir(dir: &Path) -> Result<fs::File, StoreError> {
-    let path = dir.join(LOCK_FILE);
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)?;
+    let file = fs::File::open(dir)?;
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut taken = file.try_lock();
     while matches!(taken, Err(fs::TryLockError::WouldBlock)) && std::time::Instant::now() < deadline
@@ -277,9 +274,9 @@ fn lock_dir(dir: &Path) -> Result<fs::File, StoreError> {
         Err(fs::TryLockError::WouldBlock) => Err(StoreError::Io(std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             format!(
-                "the data directory {} is in use by another process (it holds {})",
+                "the data directory {} is in use by another process, which holds its lock \
+                 (it goes when that process ends, however it ends)",
                 dir.display(),
-                path.display()
             ),
         ))),
         Err(fs::TryLockError::Error(e)) => Err(StoreError::Io(e)),

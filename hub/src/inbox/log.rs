@@ -7,10 +7,12 @@
 //! batch written to one was fsynced before the next segment was made.
 //!
 //! At open every segment is read front to back, a chunk at a time (a log's size does not
-//! decide how much memory opening it takes). The first frame that is short or fails its
-//! checksum in the *newest* segment marks a torn tail — a batch that was being written when
-//! the process died, never acknowledged — and the segment is cut there. The same damage in
-//! an older segment is not a torn tail but lost data, and open refuses it.
+//! decide how much memory opening it takes). In the *newest* segment, a frame that the
+//! file's end cuts short, or one with a sector's share of it all zeros, marks a torn tail —
+//! a batch that was being written when the process died, never acknowledged — and the
+//! segment is cut there. Any other frame that fails its checksum is a changed byte, which
+//! no crash leaves: the frames after it may be acknowledged ones, so open refuses it and
+//! says how to cut the file by hand, as it refuses any damage in an older segment.
 //!
 //! The newest segment is allocated ahead of its data by writing zeros (from
 //! [`AHEAD_MIN`] bytes at a time, doubling up to [`AHEAD_MAX`]), so an append neither
@@ -338,18 +340,45 @@ impl SegmentLog {
             // a run of consecutive numbers; a gap means a segment went missing.
             if index != first + i as u32 {
                 return Err(StoreError::Corrupt(format!(
-                    "{stem} segment {} is missing",
-                    first + i as u32
+                    "{} is missing: the log's segments on disk run from {first} to {} \
+                     with a gap",
+                    segment_path(dir, stem, first + i as u32).display(),
+                    indexes.last().copied().unwrap_or(index),
                 )));
             }
             let path = segment_path(dir, stem, index);
             let file = open_segment(&path)?;
+            // A frame intact as a frame whose payload its owner cannot read is damage the
+            // checksum did not catch: say where it lies.
+            let mut visit = |at: FramePos, payload: &[u8]| {
+                visit(at, payload).map_err(|e| match e {
+                    StoreError::Corrupt(why) => StoreError::Corrupt(format!(
+                        "{} at byte {}: {why}",
+                        path.display(),
+                        at.offset - HEADER as u64
+                    )),
+                    other => other,
+                })
+            };
             let (good, len) = replay(&file, i as u32, READ_CHUNK, &mut replayed, &mut visit)?;
             if good < len {
                 if i + 1 != indexes.len() {
                     return Err(StoreError::Corrupt(format!(
                         "{} is damaged at byte {good} and is not the newest segment",
                         path.display()
+                    )));
+                }
+                // Damage that no interrupted write leaves is not cut: the frames after
+                // it may be acknowledged ones, and an operator decides what to give up.
+                if let Some(why) = damage_at(&file, good, len)? {
+                    return Err(StoreError::Corrupt(format!(
+                        "{path} is damaged at byte {good} ({why}; no interrupted write \
+                         leaves that, so the {after} bytes after it may hold acknowledged \
+                         data). Nothing was changed. Restore the file from a backup, or give \
+                         up everything from that byte on by cutting the file there \
+                         (`truncate -s {good} {path}`) and starting again",
+                        path = path.display(),
+                        after = len - good,
                     )));
                 }
                 // Zeros alone are space allocated ahead (the process stopped without
@@ -636,6 +665,81 @@ fn replay(
     }
 }
 
+/// The unit a disk writes whole. A write that a crash cut short leaves some of its
+/// sectors unwritten, and in space allocated ahead those read as zeros.
+const SECTOR: u64 = 512;
+
+/// Why the frame at `good` in a newest segment of `len` bytes, where its intact frames end,
+/// is damage rather than the end of the data or a write a crash cut short; `None` when it
+/// is one of those. The end of the data: a zero length (no frame is empty; the zeros
+/// allocated ahead). Cut short: a sector's share of the frame is all zeros (as etcd's
+/// write-ahead log tells a torn write from damage), or the frame runs past the end of the
+/// file with no intact frame after its start. Anything else — a checksum that fails over
+/// fully written sectors, a length no frame has, a length that skips over intact frames —
+/// is a changed byte, and the frames after it may have been acknowledged.
+fn damage_at(file: &File, good: u64, len: u64) -> Result<Option<&'static str>, StoreError> {
+    let header_end = good + HEADER as u64;
+    if header_end > len {
+        return Ok(None);
+    }
+    let mut header = [0u8; HEADER];
+    file.read_exact_at(&mut header, good)?;
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&header[..4]);
+    let size = u64::from(u32::from_le_bytes(word));
+    if size == 0 {
+        return Ok(None);
+    }
+    let past_the_end = size <= MAX_PAYLOAD as u64 && header_end + size > len;
+    let (end, why) = if size > MAX_PAYLOAD as u64 {
+        (header_end, "a frame length no frame has")
+    } else if past_the_end {
+        (len, "a frame length that runs past intact frames")
+    } else {
+        (header_end + size, "a frame whose checksum fails")
+    };
+    let mut buf = [0u8; SECTOR as usize];
+    let mut at = good;
+    while at < end {
+        let stop = (at / SECTOR + 1) * SECTOR;
+        let n = (stop.min(end) - at) as usize;
+        file.read_exact_at(&mut buf[..n], at)?;
+        if buf[..n].iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        at += n as u64;
+    }
+    if past_the_end && !intact_frame_after(file, good, len)? {
+        // The file ends inside the frame, and only its own bytes follow: a torn write.
+        return Ok(None);
+    }
+    Ok(Some(why))
+}
+
+/// Whether an intact frame (a plausible length and a matching checksum) starts within
+/// [`READ_CHUNK`] bytes after `good`. A changed length field makes a frame seem to run
+/// past the end of the file; the frame that was written after it is then found here. A
+/// torn last frame has nothing after it but its own bytes, where a frame with a matching
+/// checksum turns up by chance once in about four billion tries.
+fn intact_frame_after(file: &File, good: u64, len: u64) -> Result<bool, StoreError> {
+    let mut buf = vec![0u8; (len - good).min(READ_CHUNK as u64) as usize];
+    file.read_exact_at(&mut buf, good)?;
+    for at in 1..buf.len().saturating_sub(HEADER) {
+        let mut word = [0u8; 4];
+        word.copy_from_slice(&buf[at..at + 4]);
+        let size = u32::from_le_bytes(word) as usize;
+        let start = at + HEADER;
+        if size == 0 || size > buf.len() - start {
+            continue;
+        }
+        word.copy_from_slice(&buf[at + 4..start]);
+        if crc32fast::hash(&buf[start..start + size]) == u32::from_le_bytes(word) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Where the last byte that is not zero lies in `file` between `from` and `to`, reading
 /// `chunk` bytes at a time.
 fn last_nonzero(file: &File, from: u64, to: u64, chunk: usize) -> Result<Option<u64>, StoreError> {
@@ -707,19 +811,18 @@ mod tests {
         assert_eq!(len_of(&path), (buf.len() + more.len()) as u64);
 
         // A torn batch inside the allocated space is still a torn tail, however many
-        // zeros follow it.
+        // zeros follow it: the crash wrote the frame's first sector and not its second.
         let mut log = log;
-        let torn = batch(&[b"four"]);
+        let torn = batch(&[&[4u8; 600]]);
         log.reserve(torn.len()).expect("reserve");
         log.allocate_for(torn.len() as u64).expect("allocate");
         let at = log.active_len();
-        log.active
-            .write_all_at(&torn[..torn.len() - 2], at)
-            .expect("tear");
+        let written = (SECTOR - at) as usize;
+        log.active.write_all_at(&torn[..written], at).expect("tear");
         std::mem::forget(log);
         let (_, replayed, seen) = collect(dir.path(), 1 << 30);
         assert_eq!(seen.len(), 3);
-        assert_eq!(replayed.truncated, (torn.len() - 2) as u64);
+        assert_eq!(replayed.truncated, written as u64);
     }
 
     #[test]
@@ -869,20 +972,52 @@ mod tests {
     }
 
     #[test]
-    fn flipped_byte_in_the_tail_is_cut() {
+    fn a_changed_byte_in_the_newest_segment_is_refused_and_nothing_is_cut() {
+        // It was cut as a torn tail, with every frame after it: a byte flipped in the
+        // middle of a hub's current log silently lost the acknowledged events after it.
+        // A payload byte in the middle, with two intact frames after it; a payload byte
+        // of the last frame; a length byte that makes a frame run past the file's end.
+        for (in_the_middle, length) in [(true, false), (false, false), (true, true)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (mut log, _, _) = collect(dir.path(), 1 << 20);
+            let buf = batch(&[b"keep", b"flipped", b"after", b"and after"]);
+            log.write_batch(&buf, true).expect("write");
+            drop(log);
+            let path = segment_path(dir.path(), "t", 0);
+            let mut data = fs::read(&path).expect("read");
+            let at = match (in_the_middle, length) {
+                (true, false) => HEADER + 4 + HEADER + 2,
+                (false, _) => data.len() - 1,
+                (true, true) => HEADER + 4 + 2,
+            };
+            data[at] ^= if length { 0x01 } else { 0xff };
+            fs::write(&path, &data).expect("write");
+            let opened = SegmentLog::open(dir.path(), "t", 1 << 20, |_, _| Ok(()));
+            let Err(StoreError::Corrupt(why)) = opened else {
+                panic!("damage at byte {at} was taken for a torn tail");
+            };
+            assert!(why.contains(&path.display().to_string()), "{why}");
+            assert!(why.contains("truncate -s"), "{why}");
+            assert_eq!(fs::read(&path).expect("read"), data, "the file was changed");
+        }
+    }
+
+    #[test]
+    fn a_frame_with_an_unwritten_sector_is_a_torn_tail_wherever_its_checksum_fails() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _, _) = collect(dir.path(), 1 << 20);
-        let buf = batch(&[b"keep", b"lose"]);
+        let buf = batch(&[b"keep", &[3u8; 1500]]);
         log.write_batch(&buf, true).expect("write");
         drop(log);
+        // The crash wrote the second frame's first and third sectors, not its second.
         let path = segment_path(dir.path(), "t", 0);
         let mut data = fs::read(&path).expect("read");
-        let last = data.len() - 1;
-        data[last] ^= 0xff;
+        data[512..1024].fill(0);
         fs::write(&path, &data).expect("write");
         let (_, replayed, seen) = collect(dir.path(), 1 << 20);
         assert_eq!(seen, vec![b"keep".to_vec()]);
-        assert_eq!(replayed.truncated, (HEADER + 4) as u64);
+        assert_eq!(replayed.truncated, (HEADER + 1500) as u64);
+        assert_eq!(len_of(&path), (HEADER + 4) as u64);
     }
 
     #[test]
