@@ -208,15 +208,15 @@ impl HubGames {
 
 #[async_trait]
 impl Games for HubGames {
-    async fn open_seat(&self, token: &str) -> Option<SeatRef> {
-        let auth = self.hub.seat_for_token(token).await?;
-        Some(SeatRef {
+    async fn open_seat(&self, token: &str) -> Result<Option<SeatRef>, Failure> {
+        let auth = self.hub.seat_for_token(token).await.map_err(failure)?;
+        Ok(auth.map(|auth| SeatRef {
             inbox: auth.inbox,
             game: auth.game,
             seat: auth.seat,
             // The same digest `Person::seat` keys HTTP requests by, so the budget is shared.
             person: Sha256::digest(token.as_bytes()).into(),
-        })
+        }))
     }
 
     async fn state(

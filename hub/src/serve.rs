@@ -76,6 +76,12 @@ pub enum ServeError {
         path: std::path::PathBuf,
         what: &'static str,
     },
+    #[error(
+        "the hub nodes already on this Redis use another hub secret: a node with this one \
+         would sign the moves of the games it owns with keys nobody registered. Start every \
+         node with the same --secret / PIPEHUB_SECRET"
+    )]
+    SharedSecretDiffers,
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -109,6 +115,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     let opened = Instant::now();
     let (inbox, meta, cluster) = open_store(&config, &metrics).await?;
+    if cluster.is_some() {
+        check_shared_secret(meta.as_ref(), &secret).await?;
+    }
     let inbox: Arc<dyn Inbox> = Arc::new(metered::MeteredInbox::new(inbox, metrics.clone()));
     tracing::info!(
         data = %config.data.display(),
@@ -408,6 +417,30 @@ fn check_store_whole(dir: &std::path::Path, secret_given: bool) -> Result<(), Se
         );
     }
     Ok(())
+}
+
+/// Where nodes sharing a store keep the check of their hub secret: the public key it
+/// derives for a seat of no game, as [`Config::check_secret`] keeps it in a data directory.
+const SHARED_SECRET_CHECK: &str = "hub/secret.pub";
+
+/// Refuses to join nodes that use another hub secret. The first node writes the check;
+/// every later one compares. A node that joined with another secret went unnoticed: the
+/// starts it wrote for the games of its shards failed `bad_signature`, silently.
+async fn check_shared_secret(
+    meta: &dyn crate::meta::Meta,
+    secret: &[u8],
+) -> Result<(), ServeError> {
+    let check = crate::game::writer::hub_public_key(secret, "", "", games::Seat::X);
+    if meta
+        .insert_new(SHARED_SECRET_CHECK, bytes::Bytes::from(check.clone()))
+        .await?
+    {
+        return Ok(());
+    }
+    match meta.get(SHARED_SECRET_CHECK).await? {
+        Some(found) if found.as_ref() != check.as_bytes() => Err(ServeError::SharedSecretDiffers),
+        _ => Ok(()),
+    }
 }
 
 async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, ServeError> {

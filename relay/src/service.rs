@@ -111,8 +111,9 @@ impl Ended {
 /// The games a relay plays and shows. Implemented by the hub on its facade.
 #[async_trait]
 pub trait Games: Send + Sync + 'static {
-    /// The seat a bearer token opens, or `None` for an unknown token.
-    async fn open_seat(&self, token: &str) -> Option<SeatRef>;
+    /// The seat a bearer token opens, `None` for an unknown token, or why it could not be
+    /// looked up (a store that is down: not the token's fault, so not `unauthorized`).
+    async fn open_seat(&self, token: &str) -> Result<Option<SeatRef>, Failure>;
 
     /// One viewer's current state of a game (`seat` `None`: the spectator view).
     async fn state(

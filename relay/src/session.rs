@@ -106,6 +106,9 @@ enum Reply {
         state: Result<StateFrame, Failure>,
     },
     Unauthorized,
+    /// A request the service could not answer (a `hello` whose token could not be looked
+    /// up): the socket stays open, and its seat as it was.
+    Failed(Failure),
     Watching {
         sub: Subscription,
         state: Result<StateFrame, Failure>,
@@ -469,8 +472,10 @@ impl Session {
                 return;
             }
             ClientIn::Hello { token: Some(token) } => Box::pin(async move {
-                let Some(seat) = games.open_seat(&token).await else {
-                    return Reply::Unauthorized;
+                let seat = match games.open_seat(&token).await {
+                    Ok(Some(seat)) => seat,
+                    Ok(None) => return Reply::Unauthorized,
+                    Err(failure) => return Reply::Failed(failure),
                 };
                 // Join before reading the state, so no publication falls in between.
                 let sub = rooms.subscribe(&seat.inbox, &seat.game, Some(seat.seat));
@@ -560,6 +565,11 @@ impl Session {
             Reply::Unauthorized => self.send(client_out::error(
                 "unauthorized",
                 Some("unknown seat token"),
+                false,
+            )),
+            Reply::Failed(failure) => self.send(client_out::error(
+                &failure.error,
+                failure.detail.as_deref(),
                 false,
             )),
             Reply::Seated { seat, sub, state } => {

@@ -54,18 +54,19 @@ impl Script {
 
 #[async_trait]
 impl Games for Script {
-    async fn open_seat(&self, token: &str) -> Option<SeatRef> {
+    async fn open_seat(&self, token: &str) -> Result<Option<SeatRef>, Failure> {
         let seat = match token {
             "tx" => Seat::X,
             "to" => Seat::O,
-            _ => return None,
+            "down" => return Err(Failure::new("unavailable", "the store is down")),
+            _ => return Ok(None),
         };
-        Some(SeatRef {
+        Ok(Some(SeatRef {
             inbox: "i".into(),
             game: "g".into(),
             seat,
             person: [seat as u8; 32],
-        })
+        }))
     }
 
     async fn state(
@@ -335,6 +336,10 @@ async fn messages_out_of_place_get_errors_that_leave_the_socket_open() {
     expect_error(recv(&mut ws).await, "unauthorized");
     send(&mut ws, json!({"t": "hello", "token": "nobody"})).await;
     expect_error(recv(&mut ws).await, "unauthorized");
+    // A token that could not be looked up is not an unknown one: a client told
+    // `unauthorized` may throw its token away.
+    send(&mut ws, json!({"t": "hello", "token": "down"})).await;
+    expect_error(recv(&mut ws).await, "unavailable");
     send(&mut ws, json!({"t": "hello"})).await;
     assert_eq!(recv(&mut ws).await["t"], "hello.ok");
     send(&mut ws, json!({"t": "game.board"})).await;

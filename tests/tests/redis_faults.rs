@@ -43,6 +43,12 @@ fn redis_stopped_and_restarted_mid_game() {
     let r = g.play(&client, &nodes[0], 2);
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.error(), "unavailable");
+    // X's token was issued on the first node and never used on the second, which must
+    // look it up in Redis: a lookup that fails is 503, not 401 (a client told its token is
+    // unknown may throw it away).
+    let r = g.play(&client, &nodes[1], 2);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.error(), "unavailable");
 
     redis.restart();
     for n in &nodes {
@@ -59,4 +65,37 @@ fn redis_stopped_and_restarted_mid_game() {
     let st = g.state(&client, &nodes[1]);
     assert_eq!(st["seq"], json!(5));
     assert_eq!(st["result"]["status"], json!("win"));
+}
+
+#[test]
+fn a_node_with_another_hub_secret_refuses_to_join() {
+    // It joined without a word, and the starts it wrote for the games of its shards
+    // failed `bad_signature`: those games never started.
+    let redis = RedisServer::start();
+    let first = node(&redis);
+    let client = Client::new();
+    await_owners(&client, &[&first], Duration::from_secs(15));
+    let data = tempfile::tempdir().expect("a data directory");
+    let mut other = std::process::Command::new(pipehub_tests::pipehub_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--redis", &redis.url()])
+        .args(["--secret", "another-secret-than-the-first-node-has"])
+        .arg("--data")
+        .arg(data.path())
+        .env("PIPEHUB_LOG", "error")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("a node runs");
+    let status = pipehub_tests::wait_within(&mut other, Duration::from_secs(20));
+    let mut stderr = String::new();
+    if let Some(mut pipe) = other.stderr.take() {
+        std::io::Read::read_to_string(&mut pipe, &mut stderr).expect("stderr");
+    }
+    if status.is_none() {
+        let _ = other.kill();
+        let _ = other.wait();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
+    assert!(stderr.contains("another hub secret"), "{stderr}");
+    // The first node goes on.
+    assert_eq!(client.get(&first.url("/readyz")).status, 200);
 }

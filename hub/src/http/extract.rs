@@ -105,6 +105,7 @@ pub async fn caller(state: &AppState, req: &HttpRequest) -> Result<Caller, ApiEr
                 .hub
                 .seat_for_token(token)
                 .await
+                .map_err(ApiError::from)?
                 .ok_or_else(|| ApiError::unauthorized("unknown seat token"))?;
             Ok(Caller {
                 auth: Some(auth),

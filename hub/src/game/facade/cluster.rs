@@ -190,9 +190,12 @@ impl Hub {
 
     /// The seat a token opens; in a cluster a token another node issued is looked up in
     /// the shared store.
-    pub(super) async fn lookup_token(&self, token: &str) -> Option<SeatAuth> {
+    /// A store that cannot be read is an error, not an unknown token: a node told another
+    /// node's token was unknown while Redis was down answered 401, and a client may throw
+    /// away a token it is told is unknown.
+    pub(super) async fn lookup_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
         if let Some(auth) = self.engine.seats.seat_for_token(token) {
-            return Some(auth);
+            return Ok(Some(auth));
         }
         let stored = if self.clustered() {
             self.engine.seats.refresh_token(token).await
@@ -201,10 +204,7 @@ impl Hub {
             // from its first use after the hub opened.
             self.engine.seats.load_token(token).await
         };
-        stored
-            .inspect_err(|e| tracing::warn!(error = %e, "a seat token could not be looked up"))
-            .ok()
-            .flatten()
+        stored.inspect_err(|e| tracing::warn!(error = %e, "a seat token could not be looked up"))
     }
 
     /// A hub-held write for a game whose shard another node owns: handed to the owner,

@@ -142,8 +142,9 @@ impl Hub {
         }
     }
 
-    /// The seat a bearer token opens, or `None` (401) for an unknown token.
-    pub async fn seat_for_token(&self, token: &str) -> Option<SeatAuth> {
+    /// The seat a bearer token opens, `None` (401) for an unknown token, or the store's
+    /// error (503) when it could not be looked up.
+    pub async fn seat_for_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
         self.lookup_token(token).await
     }
 

@@ -174,13 +174,23 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
         )
         .await
         .expect("created");
-    let x = f.hub.seat_for_token(&created.token).await.expect("X");
+    let x = f
+        .hub
+        .seat_for_token(&created.token)
+        .await
+        .expect("looked up")
+        .expect("X");
     let paired = f
         .hub
         .pair(&created.pairing_code, None)
         .await
         .expect("paired");
-    let o = f.hub.seat_for_token(&paired.token).await.expect("O");
+    let o = f
+        .hub
+        .seat_for_token(&paired.token)
+        .await
+        .expect("looked up")
+        .expect("O");
     // O (hub-held) chooses while the game waits for X's agent to start it: held.
     let held = f
         .hub

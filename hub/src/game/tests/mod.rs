@@ -109,6 +109,7 @@ async fn seated(f: &Fixture, protocol: &str, signed: bool) -> (SeatAuth, SeatAut
         .hub
         .seat_for_token(&created.token)
         .await
+        .expect("looked up")
         .expect("X's token opens X");
     let waiting = f
         .hub
@@ -126,6 +127,7 @@ async fn seated(f: &Fixture, protocol: &str, signed: bool) -> (SeatAuth, SeatAut
         .hub
         .seat_for_token(&paired.token)
         .await
+        .expect("looked up")
         .expect("O's token opens O");
     assert_eq!((x.seat, o.seat), (Seat::X, Seat::O));
     (x, o)

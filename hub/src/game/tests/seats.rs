@@ -150,7 +150,12 @@ async fn an_agent_held_host_writes_its_own_start_and_the_hub_checks_it() {
         )
         .await
         .expect("created");
-    let x = f.hub.seat_for_token(&created.token).await.expect("X");
+    let x = f
+        .hub
+        .seat_for_token(&created.token)
+        .await
+        .expect("looked up")
+        .expect("X");
     f.hub
         .pair(&created.pairing_code, None)
         .await
@@ -226,7 +231,12 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
         .is_err_and(|e| e.status() == 404));
 
     // A fresh code kills the old one.
-    let xa = f.hub.seat_for_token(&a.token).await.expect("X");
+    let xa = f
+        .hub
+        .seat_for_token(&a.token)
+        .await
+        .expect("looked up")
+        .expect("X");
     let fresh = f.hub.new_code(&xa).await.expect("new code");
     assert_eq!(pair_error(&f.hub, &a.pairing_code).await, Some("code_used"));
     f.hub
@@ -243,9 +253,19 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     ));
 
     // Cancelling frees the host's slot and kills the token and the code.
-    let xb = f.hub.seat_for_token(&b.token).await.expect("X");
+    let xb = f
+        .hub
+        .seat_for_token(&b.token)
+        .await
+        .expect("looked up")
+        .expect("X");
     f.hub.cancel(&xb).await.expect("cancelled");
-    assert!(f.hub.seat_for_token(&b.token).await.is_none());
+    assert!(f
+        .hub
+        .seat_for_token(&b.token)
+        .await
+        .expect("looked up")
+        .is_none());
     assert!(f.hub.pair(&b.pairing_code, None).await.is_err());
     let live = f
         .hub

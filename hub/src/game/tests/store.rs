@@ -55,8 +55,16 @@ async fn won_game(hub: &Hub, host: &str) -> (String, String, SeatAuth, SeatAuth)
         .await
         .expect("create");
     let paired = hub.pair(&created.pairing_code, None).await.expect("pair");
-    let x = hub.seat_for_token(&created.token).await.expect("X");
-    let o = hub.seat_for_token(&paired.token).await.expect("O");
+    let x = hub
+        .seat_for_token(&created.token)
+        .await
+        .expect("looked up")
+        .expect("X");
+    let o = hub
+        .seat_for_token(&paired.token)
+        .await
+        .expect("looked up")
+        .expect("O");
     play(
         hub,
         &[(&x, 0, 0), (&o, 1, 0), (&x, 0, 1), (&o, 1, 1), (&x, 0, 2)],
@@ -153,9 +161,20 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
         let (x_token, o_token, x, o) = (x_token.clone(), o_token.clone(), x.clone(), o.clone());
         async move {
             // Its tokens still open their seats, read from the store.
-            assert_eq!(hub.seat_for_token(&x_token).await, Some(x.clone()));
-            assert_eq!(hub.seat_for_token(&o_token).await, Some(o.clone()));
-            assert_eq!(hub.seat_for_token(&"0".repeat(64)).await, None);
+            assert_eq!(
+                hub.seat_for_token(&x_token).await.expect("looked up"),
+                Some(x.clone())
+            );
+            assert_eq!(
+                hub.seat_for_token(&o_token).await.expect("looked up"),
+                Some(o.clone())
+            );
+            assert_eq!(
+                hub.seat_for_token(&"0".repeat(64))
+                    .await
+                    .expect("looked up"),
+                None
+            );
             // Seat rules still hold: a move is judged (the game is over), and another
             // seat's token cannot write for X.
             match hub
@@ -207,7 +226,11 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
         0,
         "a finished game's seats stay out"
     );
-    assert!(g_hub.seat_for_token(&open.token).await.is_some());
+    assert!(g_hub
+        .seat_for_token(&open.token)
+        .await
+        .expect("looked up")
+        .is_some());
     assert_eq!(g_hub.seat_for_token_count(), 1, "the open game's X");
     g_hub.shutdown().await;
 }
@@ -224,7 +247,12 @@ async fn a_seat_is_read_from_the_store_at_its_first_use_after_a_restart() {
         .await
         .expect("create");
     let paired = f.hub.pair(&playing.pairing_code, None).await.expect("pair");
-    let x = f.hub.seat_for_token(&playing.token).await.expect("X");
+    let x = f
+        .hub
+        .seat_for_token(&playing.token)
+        .await
+        .expect("looked up")
+        .expect("X");
     play(&f.hub, &[(&x, 0, 0)]).await;
     let waiting = f
         .hub
@@ -238,19 +266,47 @@ async fn a_seat_is_read_from_the_store_at_its_first_use_after_a_restart() {
     let g = open_on(inbox, meta, config()).await;
     assert_eq!(g.hub.seat_for_token_count(), 0, "no seat is read at open");
     // Each token opens its seat, read from the store once and cached from then on.
-    let o = g.hub.seat_for_token(&paired.token).await.expect("O");
+    let o = g
+        .hub
+        .seat_for_token(&paired.token)
+        .await
+        .expect("looked up")
+        .expect("O");
     assert_eq!((o.seat, &*o.game), (Seat::O, playing.game.as_str()));
     assert_eq!(g.hub.seat_for_token_count(), 1);
-    assert_eq!(g.hub.seat_for_token(&paired.token).await, Some(o.clone()));
+    assert_eq!(
+        g.hub
+            .seat_for_token(&paired.token)
+            .await
+            .expect("looked up"),
+        Some(o.clone())
+    );
     assert_eq!(g.hub.seat_for_token_count(), 1);
     play(&g.hub, &[(&o, 1, 1)]).await;
-    assert_eq!(g.hub.seat_for_token(&"0".repeat(64)).await, None);
+    assert_eq!(
+        g.hub
+            .seat_for_token(&"0".repeat(64))
+            .await
+            .expect("looked up"),
+        None
+    );
     // Cancelling the waiting game with its X's token read after the restart still leaves
     // that token opening nothing.
-    let host = g.hub.seat_for_token(&waiting.token).await.expect("X");
+    let host = g
+        .hub
+        .seat_for_token(&waiting.token)
+        .await
+        .expect("looked up")
+        .expect("X");
     assert_eq!(g.hub.seat_for_token_count(), 2);
     g.hub.cancel(&host).await.expect("cancel");
-    assert_eq!(g.hub.seat_for_token(&waiting.token).await, None);
+    assert_eq!(
+        g.hub
+            .seat_for_token(&waiting.token)
+            .await
+            .expect("looked up"),
+        None
+    );
     assert_eq!(g.hub.seat_for_token_count(), 1);
     g.hub.shutdown().await;
 }
