@@ -9,12 +9,19 @@
 // Everything that came from the network is put into the page as text (`textContent`),
 // never as HTML: game ids, protocol names and boards are other people's strings.
 //
-// The seat token lives in sessionStorage, so a reload of the tab resumes the seat and
-// closing the tab forgets it. The page talks only to its own origin (the CSP says so).
+// The tab's game lives in sessionStorage, so a reload resumes it. Every seat taken in this
+// browser is also kept in localStorage ("Your games" in the lobby), so that closing the tab
+// or going back to the lobby does not lose a seat whose game goes on (an open game counts
+// against its host's cap until it ends); a seat is forgotten when its game is cancelled,
+// its token stops working, or the player leaves a finished game or forgets it. The page
+// talks only to its own origin (the CSP says so).
 'use strict';
 
 (function () {
   const STORE_KEY = 'pipehub.session';
+  const SEATS_KEY = 'pipehub.seats';
+  const SEATS_MAX = 50;
+  const LIST_PAGE = 20;
   const LOG_MAX = 60;
   const RETRY_MAX_MS = 10000;
   const PENDING_MAX_MS = 15000;
@@ -34,6 +41,33 @@
     refCounter: 0,
     boardKey: '',
     checked: null, // {game, seq}: the board the last chain check was made on
+    listInbox: null, // the inbox the watch list shows, and where its next page starts
+    listNext: null,
+    expiryTimer: null,
+  };
+
+  // What a refusal means, for people; the hub's code follows in brackets for diagnosis.
+  const REASONS = {
+    occupied: 'that square is taken',
+    column_full: 'that column is full',
+    out_of_bounds: 'that is off the board',
+    wrong_player: 'it is not your turn',
+    after_end: 'the game is over',
+    stale_seq: 'the board changed before your move arrived; try again',
+    bad_seq: 'the board changed before your move arrived; try again',
+    phase: 'that is not possible at this point of the round',
+    bad_move: 'that is not a move of this game',
+    rate_limited: 'too many actions at once; wait a moment',
+    not_started: 'the game has not started yet',
+    unavailable: 'the hub cannot take this right now; try again shortly',
+    code_used: 'this code was already used, or a newer one replaced it',
+    code_expired: 'this code has expired; ask for a new one',
+    too_many_games: 'you have too many open games; finish, resign or cancel one first',
+    already_paired: 'your opponent has already joined',
+    bad_rules: 'a rule is out of range',
+    bad_number: 'numbers must be whole numbers',
+    forbidden: 'this seat may not do that',
+    unauthorized: 'this seat is no longer valid',
   };
 
   // ---------- small helpers ----------
@@ -70,6 +104,14 @@
     const list = $('log');
     list.appendChild(el('li', null, message));
     while (list.children.length > LOG_MAX) list.removeChild(list.firstChild);
+    list.scrollTop = list.scrollHeight;
+  }
+
+  // A message about the game in view, next to its board (the log may be off screen).
+  function showNotice(message) {
+    const notice = $('notice');
+    setText(notice, message || '');
+    notice.hidden = !message;
   }
 
   function setConn(text) {
@@ -95,6 +137,55 @@
       // A damaged entry is forgotten below.
     }
     return null;
+  }
+
+  // ---------- the seats this browser holds ----------
+
+  function loadSeats() {
+    try {
+      const list = JSON.parse(localStorage.getItem(SEATS_KEY) || '[]');
+      return Array.isArray(list) ? list.filter((x) => x && typeof x.token === 'string' && typeof x.game === 'string') : [];
+    } catch (e) {
+      return [];
+    }
+  }
+
+  function storeSeats(list) {
+    try {
+      localStorage.setItem(SEATS_KEY, JSON.stringify(list.slice(-SEATS_MAX)));
+    } catch (e) {
+      // Storage can be disabled or full; the tab's own game still plays.
+    }
+    renderSeats();
+  }
+
+  function rememberSeat(s) {
+    const list = loadSeats().filter((x) => !(x.inbox === s.inbox && x.game === s.game));
+    list.push({ inbox: s.inbox, game: s.game, seat: s.seat, token: s.token, pairingCode: s.pairingCode, expiresAt: s.expiresAt });
+    storeSeats(list);
+  }
+
+  function forgetSeat(inbox, game) {
+    storeSeats(loadSeats().filter((x) => !(x.inbox === inbox && x.game === game)));
+  }
+
+  function renderSeats() {
+    const list = $('mine-list');
+    const seats = loadSeats();
+    $('mine').hidden = seats.length === 0;
+    list.textContent = '';
+    for (const x of seats.slice().reverse()) {
+      const li = el('li');
+      li.appendChild(el('span', { class: 'game-id' }, x.game));
+      li.appendChild(el('span', { class: 'game-info' }, ' seat ' + x.seat + ', inbox ' + x.inbox + ' '));
+      const resume = el('button', { type: 'button', 'aria-label': 'Resume game ' + x.game, 'data-resume': x.game }, 'Resume');
+      resume.addEventListener('click', () => enterGame({ mode: 'seat', inbox: x.inbox, game: x.game, seat: x.seat, token: x.token, pairingCode: x.pairingCode, expiresAt: x.expiresAt }));
+      const forget = el('button', { type: 'button', class: 'danger', 'aria-label': 'Forget game ' + x.game }, 'Forget');
+      forget.addEventListener('click', () => forgetSeat(x.inbox, x.game));
+      li.appendChild(resume);
+      li.appendChild(forget);
+      list.appendChild(li);
+    }
   }
 
   function gamePath(inbox, game) {
@@ -123,12 +214,12 @@
       data = null;
     }
     if (!res.ok) {
-      let message = data && data.error ? data.error : 'HTTP ' + res.status;
-      if (data && data.detail) message += ': ' + data.detail;
+      let message = data && data.error ? describe(data.error, data.detail) : 'HTTP ' + res.status;
       const wait = res.headers.get('Retry-After');
-      if (res.status === 429 && wait) message += ' (try again in ' + wait + ' s)';
+      if (res.status === 429 && wait) message += ' — try again in ' + wait + ' s';
       const err = new Error(message);
       err.status = res.status;
+      err.code = data && data.error;
       throw err;
     }
     return data;
@@ -175,7 +266,9 @@
       const param = params[name] || {};
       const id = 'rule-' + name.replace(/[^A-Za-z0-9_-]/g, '_');
       const row = el('div', { class: 'rule' });
-      const range = param.min !== undefined && param.max !== undefined ? ' (' + param.min + '–' + param.max + ')' : '';
+      let range = param.min !== undefined && param.max !== undefined ? ' (' + param.min + '–' + param.max + ')' : '';
+      // A line can be no longer than the board's longer side.
+      if (name === 'winLength' && params.rows && params.cols) range = ' (1 to the longer side)';
       row.appendChild(el('label', { htmlFor: id }, name + range));
       let input;
       if (param.type === 'boolean') {
@@ -197,13 +290,25 @@
     }
   }
 
+  // The rules the form asks for, or throws with what is wrong with one, in words.
   function readRules() {
     const rules = {};
     for (const input of $('create-rules').querySelectorAll('[data-rule]')) {
       const name = input.dataset.rule;
       if (input.dataset.type === 'boolean') rules[name] = input.checked;
       else if (input.dataset.type === 'enum') rules[name] = input.value;
-      else if (input.value.trim() !== '') rules[name] = Number(input.value);
+      else if (input.value.trim() !== '') {
+        const n = Number(input.value);
+        const low = input.min === '' ? -Infinity : Number(input.min);
+        const high = input.max === '' ? Infinity : Number(input.max);
+        if (!Number.isInteger(n) || n < low || n > high) {
+          throw new Error(name + ' must be a whole number' + (input.min !== '' && input.max !== '' ? ' from ' + input.min + ' to ' + input.max : ''));
+        }
+        rules[name] = n;
+      }
+    }
+    if (rules.winLength !== undefined && rules.rows !== undefined && rules.cols !== undefined && rules.winLength > Math.max(rules.rows, rules.cols)) {
+      throw new Error('winLength can be at most the board\'s longer side (' + Math.max(rules.rows, rules.cols) + ')');
     }
     return rules;
   }
@@ -217,10 +322,17 @@
       showAlert('Choose a game and an inbox.');
       return;
     }
+    let rules;
+    try {
+      rules = readRules();
+    } catch (e) {
+      showAlert('Check the rules: ' + e.message + '.');
+      return;
+    }
     const button = $('create-button');
     button.disabled = true;
     try {
-      const body = { protocol, rules: readRules(), signed: $('create-signed').checked };
+      const body = { protocol, rules, signed: $('create-signed').checked };
       const c = await api('POST', gamePath(inbox), body);
       enterGame({
         mode: 'seat',
@@ -254,7 +366,7 @@
       enterGame({ mode: 'seat', inbox: p.inbox, game: p.game, seat: p.seat, token: p.token });
       log('You joined the game and sit as ' + p.seat + '.');
     } catch (e) {
-      showAlert('Could not join: ' + e.message);
+      showAlert('Could not join: ' + (e.code === 'not_found' ? 'no game has this code' : e.message) + '.');
     } finally {
       button.disabled = false;
     }
@@ -262,15 +374,25 @@
 
   async function onList(event) {
     event.preventDefault();
-    showAlert('');
     const inbox = $('list-inbox').value.trim();
-    const list = $('game-list');
     if (!inbox) return;
+    $('game-list').textContent = '';
+    await listPage(inbox, null);
+  }
+
+  // One page of an inbox's games, newest first, added to the list; "More games" asks for
+  // the next one while the hub says there is one.
+  async function listPage(inbox, after) {
+    showAlert('');
+    const list = $('game-list');
     try {
-      const data = await api('GET', gamePath(inbox) + '?limit=20');
-      list.textContent = '';
+      const query = '?limit=' + LIST_PAGE + (after ? '&after=' + encodeURIComponent(after) : '');
+      const data = await api('GET', gamePath(inbox) + query);
       const items = (data && data.items) || [];
-      if (items.length === 0) list.appendChild(el('li', null, 'No games in this inbox yet.'));
+      S.listInbox = inbox;
+      S.listNext = data && typeof data.next === 'string' ? data.next : null;
+      $('list-more').hidden = !S.listNext;
+      if (items.length === 0 && !after) list.appendChild(el('li', null, 'No games in this inbox yet.'));
       for (const g of items) {
         const li = el('li');
         const status = g.result && g.result.status && g.result.status !== 'in_progress' ? resultText(g.result, null) : g.phase;
@@ -286,6 +408,17 @@
     }
   }
 
+  function onWatchId() {
+    const inbox = $('list-inbox').value.trim();
+    const game = $('watch-id').value.trim();
+    if (!inbox || !game) {
+      showAlert('Type the inbox and the id of the game to watch.');
+      return;
+    }
+    showAlert('');
+    enterGame({ mode: 'watch', inbox, game });
+  }
+
   // ---------- entering and leaving a game ----------
 
   // Forgets everything the game view showed, so nothing of one game lingers into the next.
@@ -298,6 +431,8 @@
       $(id).textContent = '';
     }
     $('pairing').hidden = true;
+    showNotice('');
+    clearTimeout(S.expiryTimer);
     document.body.dataset.phase = '';
     document.body.dataset.over = '';
     document.body.dataset.frames = '0';
@@ -307,6 +442,8 @@
     resetGameView();
     S.session = session;
     saveSession();
+    if (session.mode === 'seat') rememberSeat(session);
+    $('leave-hint').hidden = session.mode !== 'seat';
     $('lobby').hidden = true;
     $('game').hidden = false;
     render();
@@ -314,7 +451,11 @@
     $('game-title').focus();
   }
 
+  // Back to the lobby. A seat whose game goes on stays under "Your games"; one whose game
+  // is over is forgotten.
   function leaveGame() {
+    const s = S.session;
+    if (s && s.mode === 'seat' && over()) forgetSeat(s.inbox, s.game);
     disconnect();
     S.session = null;
     resetGameView();
@@ -322,6 +463,9 @@
     $('game').hidden = true;
     $('lobby').hidden = false;
     setConn('offline');
+    renderSeats();
+    const first = $('mine').hidden ? $('create-protocol') : $('mine-title');
+    first.focus();
   }
 
   async function onNewCode() {
@@ -332,6 +476,7 @@
       s.pairingCode = c.pairingCode;
       s.expiresAt = c.expiresAt;
       saveSession();
+      rememberSeat(s);
       log('A fresh pairing code replaces the old one.');
       render();
     } catch (e) {
@@ -344,6 +489,7 @@
     if (!s || s.mode !== 'seat') return;
     try {
       await api('DELETE', gamePath(s.inbox, s.game), undefined, s.token);
+      forgetSeat(s.inbox, s.game);
       leaveGame();
       showAlert('The game was cancelled.');
     } catch (e) {
@@ -454,10 +600,12 @@
       case 'game.refused':
         if (S.pending && msg.ref === S.pending.ref) {
           S.pending = null;
-          log('The hub refused your move (' + describe(msg.error, msg.detail) + '); it was taken back.');
+          log('The hub refused your move: ' + describe(msg.error, msg.detail) + '. It was taken back.');
+          showNotice('Your move was refused: ' + describe(msg.error, msg.detail) + '.');
           render();
         } else {
-          log('The hub refused a request (' + describe(msg.error, msg.detail) + ').');
+          log('The hub refused a request: ' + describe(msg.error, msg.detail) + '.');
+          showNotice('Refused: ' + describe(msg.error, msg.detail) + '.');
         }
         break;
       case 'error':
@@ -469,7 +617,9 @@
   }
 
   function describe(error, detail) {
-    return String(error || 'refused') + (detail ? ': ' + String(detail) : '');
+    const code = String(error || 'refused');
+    const words = REASONS[detail] || REASONS[code] || code.replace(/_/g, ' ');
+    return words + ' (' + code + (detail ? ': ' + String(detail) : '') + ')';
   }
 
   function onError(msg) {
@@ -479,11 +629,12 @@
       render();
     }
     if (msg.error === 'unauthorized' && s.mode === 'seat') {
+      forgetSeat(s.inbox, s.game);
       leaveGame();
-      showAlert('This seat is no longer valid (' + describe(msg.error, msg.detail) + ').');
+      showAlert('This seat is no longer valid: ' + describe(msg.error, msg.detail) + '.');
       return;
     }
-    showAlert(describe(msg.error, msg.detail));
+    showNotice(capital(describe(msg.error, msg.detail)) + '.');
   }
 
   function onState(state) {
@@ -494,13 +645,18 @@
       S.pending = null;
     }
     S.truth = state;
-    if (state.phase === 'started' && S.session.pairingCode) {
+    // The hub accepted this seat's own move: an earlier refusal no longer applies.
+    if (state.ref && S.session.mode === 'seat') showNotice('');
+    if (state.phase !== 'waiting' && S.session.pairingCode) {
       delete S.session.pairingCode;
       delete S.session.expiresAt;
       saveSession();
+      if (S.session.mode === 'seat') rememberSeat(S.session);
     }
-    if (state.notice === 'held_choice_lost' && !(before && before.notice === state.notice)) {
-      log('Your choice was lost in a hub restart; choose again.');
+    if (state.notice === 'held_choice_lost') {
+      // The choice the page remembered is gone with the hub's.
+      S.myChoice = null;
+      if (!(before && before.notice === state.notice)) log('Your choice was lost in a hub restart; choose again.');
     }
     narrate(before, state);
     render();
@@ -561,8 +717,13 @@
     return Boolean(r && r.status !== 'in_progress');
   }
 
+  function online() {
+    return Boolean(S.ws && S.ws.readyState === WebSocket.OPEN);
+  }
+
   function phaseText(state) {
     const seat = mySeat();
+    if (!online() && !over()) return 'connection lost; reconnecting to the hub';
     if (state.phase === 'waiting') return seat === 'X' ? 'waiting for your opponent to join with the code' : 'waiting for the second player';
     if (state.phase === 'paired') return 'both seats are filled; waiting for the start';
     if (over()) return 'game over: ' + resultText(state.result, seat);
@@ -595,6 +756,7 @@
 
   function play(move) {
     if (!canMove()) return;
+    showNotice('');
     const ref = newRef();
     S.pending = { ref, move };
     render();
@@ -628,11 +790,19 @@
     const waiting = Boolean(s.mode === 'seat' && s.seat === 'X' && s.pairingCode && (!t || t.phase === 'waiting'));
     $('pairing').hidden = !waiting;
     if (waiting) {
+      const expires = s.expiresAt ? Date.parse(s.expiresAt) : NaN;
+      const expired = expires <= Date.now();
+      $('pairing-live').hidden = expired;
+      $('pairing-expired').hidden = !expired;
       setText($('pairing-code'), s.pairingCode);
       const link = location.origin + '/?code=' + encodeURIComponent(s.pairingCode);
       setText($('pairing-link'), link);
       $('pairing-link').href = link;
-      setText($('pairing-expires'), s.expiresAt ? new Date(s.expiresAt).toLocaleTimeString() : 'a few minutes');
+      const at = Number.isNaN(expires) ? 'a few minutes' : new Date(expires).toLocaleTimeString();
+      setText($('pairing-expires'), at);
+      setText($('pairing-expired'), 'The code ' + s.pairingCode + ' expired at ' + at + '. Ask for a new code to invite someone.');
+      clearTimeout(S.expiryTimer);
+      if (!expired && !Number.isNaN(expires)) S.expiryTimer = setTimeout(render, Math.min(expires - Date.now() + 250, 2147483000));
     }
 
     setText($('status'), t ? capital(phaseText(t)) + '.' : 'Connecting…');
@@ -743,7 +913,7 @@
         throw new Error('seq ' + i + ' has a bad signature');
       }
     }
-    return { hashes, signed: Boolean(keys), noEd25519 };
+    return { hashes, keys, noEd25519 };
   }
 
   async function onCheckChain() {
@@ -762,6 +932,13 @@
       if (got.hashes[t.seq] !== t.head) {
         throw new Error('the head the hub shows for seq ' + t.seq + ' is not the hash of its log');
       }
+      // The signatures are checked against the keys the log's start names: those must be
+      // the keys the game's state has shown all along, or a rewritten log could bring its own.
+      const shown = t.keys || {};
+      if (t.signed && (!got.keys || got.keys.X !== shown.X || got.keys.O !== shown.O)) {
+        throw new Error('the keys in the log are not the keys of this game');
+      }
+      got.signed = Boolean(got.keys);
       text = 'Checked in this browser: ' + (t.seq + 1) + (t.seq === 0 ? ' event links' : ' events link') + ' up to the head';
       if (got.signed && got.noEd25519) text += ' (this browser cannot check Ed25519 signatures)';
       else if (got.signed) text += ', each signed by its player';
@@ -872,6 +1049,7 @@
   // The hub's view of this seat carries the choice it keeps for the seat (`pendingChoice`),
   // so it survives a reload; the page's own memory of the round covers the moment between.
   function myPendingChoice(v) {
+    if (over()) return null;
     if (typeof v.pendingChoice === 'string') return v.pendingChoice;
     return S.myChoice && S.myChoice.round === v.round ? S.myChoice.choice : null;
   }
@@ -937,7 +1115,10 @@
     $('resign-confirm').hidden = true;
     $('resign').hidden = false;
     if (yes && S.session && S.session.mode === 'seat' && !over()) {
-      if (!send({ t: 'game.resign', ref: newRef() })) showAlert('Not connected; try again in a moment.');
+      if (!send({ t: 'game.resign', ref: newRef() })) showNotice('Not connected; try again in a moment.');
+      // The resign button goes with the game: keep the focus where the result is told.
+      $('status').focus();
+      return;
     }
     $('resign').focus();
   }
@@ -957,7 +1138,18 @@
     $('resign-no').addEventListener('click', () => onResignAnswer(false));
     $('leave').addEventListener('click', leaveGame);
     $('check-chain').addEventListener('click', onCheckChain);
+    $('list-more').addEventListener('click', () => listPage(S.listInbox, S.listNext));
+    $('watch-button').addEventListener('click', onWatchId);
+    $('watch-id').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') {
+        e.preventDefault();
+        onWatchId();
+      }
+    });
     $('game-title').tabIndex = -1;
+    $('status').tabIndex = -1;
+    $('mine-title').tabIndex = -1;
+    renderSeats();
 
     const code = new URLSearchParams(location.search).get('code');
     if (code) $('join-code').value = code;

@@ -195,6 +195,14 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
     .await;
     click(&x, "#board .cell[data-row=\"1\"][data-col=\"1\"]").await;
     wait_eq(&x, "X", "Array.from(document.querySelectorAll('#log li')).some(li => li.textContent.includes('refused your move'))", json!(true)).await;
+    // The reason is told next to the board, not only in the log below it.
+    wait_eq(
+        &x,
+        "X",
+        "(() => { const n = document.getElementById('notice'); return !n.hidden && n.textContent; })()",
+        json!("Your move was refused: that square is taken (illegal_move: occupied)."),
+    )
+    .await;
     wait_eq(&x, "X", &cell(1, 1), json!("O")).await;
     wait_eq(
         &x,
@@ -434,6 +442,22 @@ async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
     for (who, c) in [("X", &x), ("O", &o)] {
         wait_eq(c, who, &cell(5, 3), json!("X")).await;
     }
+    // Back in the lobby the seat is kept under "Your games", and resumes the game.
+    click(&x, "#leave").await;
+    let resume = format!("#mine-list button[data-resume=\"{game}\"]");
+    wait_eq(
+        &x,
+        "X",
+        &format!(
+            "!document.getElementById('mine').hidden && !!document.querySelector('{}')",
+            resume.replace('\'', "\\'")
+        ),
+        json!(true),
+    )
+    .await;
+    click(&x, &resume).await;
+    wait_eq(&x, "X", PHASE, json!("started")).await;
+    wait_eq(&x, "X", &cell(5, 3), json!("X")).await;
     screenshot(&o, "o-connect-four").await;
     click(&o, "#resign").await;
     click(&o, "#resign-yes").await;
