@@ -307,6 +307,58 @@ fn listings_and_the_open_games_cap_span_the_nodes() {
     assert_eq!(view.status, 200, "{}", view.body);
     assert_eq!(view.json()["phase"], json!("waiting"));
     assert_eq!(view.json()["seat"], json!("X"));
+
+    // Creates racing on both nodes stay under the cap too: each node counts the store's
+    // games, and ten at once all passed that count (6 to 11 games under a cap of 3).
+    for created in [&a, &b] {
+        let game = created.json()["game"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let token = created.json()["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let url = nodes[0].url(&format!("/v1/inboxes/span/games/{game}"));
+        let cancel = client.send("DELETE", &url, Some(&token), None, None);
+        assert!(cancel.status < 300, "{} {}", cancel.status, cancel.body);
+    }
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let racers: Vec<_> = (0..10)
+            .map(|i| {
+                let hub = &nodes[i % 2];
+                s.spawn(move || create_on(hub).status)
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|r| r.join().expect("a racer"))
+            .collect()
+    });
+    let made = statuses.iter().filter(|s| **s == 201).count();
+    assert!(
+        made <= 2,
+        "{made} games made under a cap of 2: {statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 409),
+        "{statuses:?}"
+    );
+    let marks = open_marks(&redis);
+    assert!(marks.len() <= 2, "{marks:?}");
+    // And once the race is over, the cap's room is there to take.
+    while open_marks(&redis).len() < 2 {
+        assert_eq!(create_on(&nodes[0]).status, 201);
+    }
+    assert_eq!(create_on(&nodes[1]).error(), "too_many_games");
+}
+
+fn create_on(hub: &Hub) -> pipehub_tests::Response {
+    Client::new().post(
+        &hub.url("/v1/inboxes/span/games"),
+        None,
+        &json!({"protocol": "pipehub:tic-tac-toe"}),
+    )
 }
 
 /// The open-game marks (`open/{person}/{inbox}/{game}`) in the shared meta store.

@@ -379,6 +379,23 @@ impl Hub {
         };
         let ttl_ms = config.code_ttl.as_millis() as u64;
         let (token, code, expires_ms) = self.engine.seats.create_capped(reg, ttl_ms, cap).await?;
+        if let Some(max) = config.max_open_games.filter(|_| self.clustered()) {
+            // Nodes count the store's open games, and creates racing on several nodes all
+            // passed the check above (10 at once made 6 to 11 games under a cap of 3). So
+            // each counts again once its own game is written, and takes it back if that
+            // made too many. Of the games kept, the one written last counted every other
+            // kept one, so at most `max` are kept; racing creates may all take theirs back,
+            // and the person tries again.
+            if self.engine.seats.open_games_stored(person).await? > max {
+                let auth = SeatAuth {
+                    inbox: inbox.into(),
+                    game: game.as_str().into(),
+                    seat: Seat::X,
+                };
+                self.engine.seats.cancel(&auth).await?;
+                return Err(HubError::TooManyGames(max));
+            }
+        }
         self.engine.metrics.games_created.inc();
         Ok(Created {
             inbox: inbox.to_string(),
