@@ -94,9 +94,19 @@ struct Watch {
     sub: Subscription,
     viewer: Option<Seat>,
     latest: Option<StateFrame>,
-    /// A publication of this seat's own event arrived during its move and was not sent.
-    held: bool,
+    /// Publications held back during this seat's move, oldest first: from the first of its
+    /// own events (whose state the move's answer sends, with the mover's ref) on, so that
+    /// every state goes out in the order of its seq. A custodial move makes several events
+    /// at once (a commit, then the reveals), and on a node that does not own the game
+    /// their publications come before the answer.
+    held: Vec<StateFrame>,
+    /// The seq shown when holding began.
+    held_after: Option<u64>,
 }
+
+/// Held publications past which the oldest is sent anyway: a move's events and the
+/// opponent's answers to them are a handful.
+const HELD_MAX: usize = 16;
 
 /// The result of a command's call into the service.
 enum Reply {
@@ -606,7 +616,7 @@ impl Session {
     ) {
         match result {
             Ok(Outcome::Accepted(state)) | Ok(Outcome::Held(state)) => {
-                self.show(Ok(state), reference.as_ref());
+                self.release(state, reference.as_ref());
             }
             Ok(Outcome::Rejected {
                 error,
@@ -618,13 +628,12 @@ impl Session {
                     &error,
                     detail.as_deref(),
                 ));
+                self.release_held();
                 self.show(Ok(state), None);
             }
             Ok(Outcome::Pending) => {
                 // No verdict yet: the room will publish it. Release what was held back.
-                if self.watch.as_ref().is_some_and(|w| w.held) {
-                    self.resend_latest(None);
-                }
+                self.release_held();
             }
             Err(failure) => {
                 self.send(client_out::refused(
@@ -632,14 +641,14 @@ impl Session {
                     &failure.error,
                     failure.detail.as_deref(),
                 ));
+                let held = self.watch.as_ref().is_some_and(|w| !w.held.is_empty());
+                self.release_held();
                 match truth {
                     Some(state) => self.show(state, None),
-                    None => self.resend_latest(None),
+                    None if !held => self.resend_latest(None),
+                    None => {}
                 }
             }
-        }
-        if let Some(watch) = &mut self.watch {
-            watch.held = false;
         }
     }
 
@@ -691,18 +700,71 @@ impl Session {
                 .latest
                 .as_ref()
                 .is_some_and(|l| l.seq() == state.seq());
+        let before = watch.latest.as_ref().and_then(StateFrame::seq);
         if shown || !watch.adopt(state.clone()) {
             return;
         }
         let own =
             delivery.cause == Cause::Accepted { seat: watch.viewer } && watch.viewer.is_some();
-        if playing && own {
-            // The reply to this socket's move sends it, with the mover's ref.
-            watch.held = true;
+        if playing && (own || !watch.held.is_empty()) {
+            // The answer to this socket's move sends its own state, with the mover's ref;
+            // what came after it waits, so as not to overtake it.
+            if watch.held.is_empty() {
+                watch.held_after = before;
+            }
+            watch.held.push(state.clone());
+            if watch.held.len() > HELD_MAX {
+                let oldest = watch.held.remove(0);
+                self.send(oldest.frame());
+            }
             return;
         }
         let frame = state.frame();
         self.send(frame);
+    }
+
+    /// Sends the answer to this socket's move and whatever was held back meanwhile, in the
+    /// order of their seq, the answer's state carrying the mover's ref. An answer no newer
+    /// than what was shown before the hold puts its ref on the newest state instead.
+    fn release(&mut self, answer: StateFrame, reference: Option<&Ref>) {
+        let Some(watch) = &mut self.watch else {
+            return self.send(answer.to_frame(reference));
+        };
+        let held = std::mem::take(&mut watch.held);
+        if held.is_empty() {
+            return self.show(Ok(answer), reference);
+        }
+        let fresh = answer.seq() > watch.held_after;
+        watch.adopt(answer.clone());
+        let mut answer = fresh.then_some(answer);
+        let last = held.len() - 1;
+        for (i, frame) in held.into_iter().enumerate() {
+            if let Some(a) = answer.take_if(|a| a.seq() <= frame.seq()) {
+                if a.seq() == frame.seq() {
+                    self.send(frame.to_frame(reference));
+                    continue;
+                }
+                self.send(a.to_frame(reference));
+            }
+            // Not fresh: the ref goes on the newest state.
+            let carries = i == last && !fresh;
+            self.send(frame.to_frame(reference.filter(|_| carries)));
+        }
+        if let Some(a) = answer {
+            self.send(a.to_frame(reference));
+        }
+    }
+
+    /// Sends what was held back during a move that got no state of its own to answer with.
+    fn release_held(&mut self) {
+        let held = self
+            .watch
+            .as_mut()
+            .map(|w| std::mem::take(&mut w.held))
+            .unwrap_or_default();
+        for frame in held {
+            self.send(frame.frame());
+        }
     }
 }
 
@@ -712,7 +774,8 @@ impl Watch {
             sub,
             viewer,
             latest: None,
-            held: false,
+            held: Vec::new(),
+            held_after: None,
         }
     }
 

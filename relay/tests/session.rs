@@ -94,6 +94,26 @@ impl Games for Script {
                 state: self.frame(Some(seat.seat), now),
             });
         }
+        if mv["custodial"] == true {
+            // As a custodial move makes: the seat's event, one more the hub writes for it,
+            // then the other seat's, all published before the mover is answered with the
+            // state after the first (a node that does not own the game hears them first).
+            let other = if seat.seat == Seat::X {
+                Seat::O
+            } else {
+                Seat::X
+            };
+            for (i, cause) in [seat.seat, seat.seat, other].into_iter().enumerate() {
+                let delivery = Delivery {
+                    cause: Cause::Accepted { seat: Some(cause) },
+                    views: self.views(now + 1 + i as u64),
+                };
+                self.rooms.publish("i", "g", delivery);
+            }
+            self.seq.store(now + 3, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Ok(Outcome::Accepted(self.frame(Some(seat.seat), now + 1)));
+        }
         let seq = now + 1;
         self.seq.store(seq, Ordering::SeqCst);
         let delivery = Delivery {
@@ -245,6 +265,41 @@ async fn the_mover_gets_one_state_with_its_ref_and_everyone_else_one_without() {
     }
     // Nothing else was sent: no duplicate of the mover's own publication.
     assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
+}
+
+#[actix_rt::test]
+async fn a_move_that_makes_several_events_shows_each_in_order_with_the_ref_on_its_own() {
+    // The mover saw seq 3, then seq 3 again with its ref: the states of its own move's
+    // first events were held back for the answer and only the newest was sent.
+    let url = start(100).await;
+    let mut x = seated(&url, "tx").await;
+    let mut o = seated(&url, "to").await;
+    send(
+        &mut x,
+        json!({"t": "game.move", "move": {"custodial": true}, "ref": "c"}),
+    )
+    .await;
+    let mut seen = Vec::new();
+    while let Some(frame) = next(&mut x, Duration::from_millis(300)).await {
+        seen.push((frame["seq"].clone(), frame.get("ref").cloned()));
+    }
+    assert_eq!(
+        seen,
+        [
+            (json!(1), Some(json!("c"))),
+            (json!(2), None),
+            (json!(3), None)
+        ]
+    );
+    for seq in 1..=3 {
+        assert_eq!(recv(&mut o).await["seq"], seq);
+    }
+    // A plain move after it is answered as before.
+    send(&mut x, json!({"t": "game.move", "move": {}, "ref": "d"})).await;
+    assert_eq!(
+        recv(&mut x).await,
+        json!({"t": "game.state", "ref": "d", "game": "g", "seat": "X", "seq": 4})
+    );
 }
 
 #[actix_rt::test]
