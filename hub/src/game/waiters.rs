@@ -49,14 +49,19 @@ pub struct Waiters {
 impl Waiters {
     /// Called by the actor with a fresh verdict: hands it to the waiting poster, or leaves
     /// it for the poster to pick up.
+    /// An outcome left for a capture earlier is replaced: the same capture adjudicated
+    /// again is another event at a reused place (a Redis that lost its data hands out
+    /// places again), and its poster must not pick up the old one.
     pub fn resolve(&self, capture: Capture, outcome: Outcome) {
         match self.slots.entry(capture) {
-            Entry::Occupied(e) => {
+            Entry::Occupied(mut e) => {
                 if let Slot::Waiting(_) = e.get() {
                     if let Slot::Waiting(tx) = e.remove() {
                         // The poster may have given up meanwhile; nothing to do then.
                         let _ = tx.send(outcome);
                     }
+                } else {
+                    e.insert(Slot::Done(outcome, Instant::now()));
                 }
             }
             Entry::Vacant(e) => {
@@ -185,6 +190,15 @@ mod tests {
         let got = poster.await.expect("poster task");
         assert_eq!(got.map(|o| o.verdict), Some(Verdict::Accepted));
         assert!(w.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_capture_adjudicated_again_leaves_its_newer_outcome() {
+        let w = Waiters::default();
+        w.resolve(C, outcome(Verdict::Accepted));
+        w.resolve(C, outcome(Verdict::Rejected));
+        let got = w.wait(C, Duration::from_millis(10)).await;
+        assert_eq!(got.map(|o| o.verdict), Some(Verdict::Rejected));
     }
 
     #[tokio::test]

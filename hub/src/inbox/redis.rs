@@ -123,7 +123,11 @@ pub struct RedisInbox {
 
 /// A connection manager with the hub's timeouts; it reconnects by itself.
 pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
-    let client = redis::Client::open(url).map_err(unavailable)?;
+    let client = redis::Client::open(url).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "--redis: {e} (a Redis URL reads redis://[:PASSWORD@]HOST[:PORT][/DB])"
+        ))
+    })?;
     let config = ConnectionManagerConfig::new()
         .set_response_timeout(RESPONSE_TIMEOUT)
         .set_connection_timeout(RESPONSE_TIMEOUT)
@@ -131,7 +135,13 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
         .set_max_delay(500);
     ConnectionManager::new_with_config(client, config)
         .await
-        .map_err(unavailable)
+        .map_err(|e| match e.kind() {
+            redis::ErrorKind::ParseError => StoreError::Unavailable(format!(
+                "--redis: the server there does not answer as Redis does ({})",
+                e.to_string().lines().next().unwrap_or_default()
+            )),
+            _ => unavailable(e),
+        })
 }
 
 pub fn unavailable(e: RedisError) -> StoreError {
@@ -157,11 +167,19 @@ impl RedisInbox {
             .await
             .map_err(unavailable)?
             .is_some();
+        let asked = shards;
         let shards: u32 = redis::cmd("GET")
             .arg(keys::SHARDS)
             .query_async(&mut con)
             .await
             .map_err(unavailable)?;
+        if shards != asked {
+            tracing::warn!(
+                stored = shards,
+                asked,
+                "the store keeps the shard count its first node gave it"
+            );
+        }
         let highs = counters(&mut con, shards).await?;
         let durable = highs.iter().map(|h| watch::channel(*h).0).collect();
         let inbox = Arc::new(RedisInbox {
