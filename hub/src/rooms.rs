@@ -51,7 +51,8 @@ impl Views {
 pub enum Cause {
     /// An event was accepted; `seat` is the seat that posted it (if any).
     Accepted { seat: Option<Seat>, hash: String },
-    /// A seat joined or the game's phase changed without an event (O paired, a cancel).
+    /// A seat joined or the game's phase changed without an event (O paired, a cancel),
+    /// or a rebuilt actor tells its room where the game stands.
     Phase,
 }
 

@@ -352,6 +352,17 @@ impl GameActor {
         });
     }
 
+    /// Hands the rebuilt game's state to its room. A node that took a shard over rebuilds
+    /// its games, and the node that died may have recorded a verdict and not published it:
+    /// a socket elsewhere then missed that state for good (seen after a kill -9 of an
+    /// owner). A socket that has it already drops it as a duplicate.
+    fn announce(&mut self) {
+        let watchers = self.engine.rooms.watchers(&self.inbox, &self.game);
+        if let Some(views) = self.views(watchers, None) {
+            self.publish(Cause::Phase, Arc::new(views));
+        }
+    }
+
     /// Keeps the game's listing entry current, then hands the views that were built to the
     /// room (when somebody watches).
     fn publish(&mut self, cause: Cause, views: Arc<Views>) {
@@ -699,6 +710,7 @@ impl Actor for GameActor {
             Ok((records, marks)) => {
                 act.lost = marks;
                 act.replay(records);
+                act.announce();
                 act.write_owed(ctx);
             }
             Err(e) => {

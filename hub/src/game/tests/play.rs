@@ -518,3 +518,47 @@ async fn a_rebuild_settles_a_record_without_verdict_in_its_place_in_the_order() 
     let item = f.hub.capture(INBOX, captures[1]).await.expect("capture");
     assert_eq!(item.verdict, Verdict::Accepted);
 }
+
+#[actix_rt::test]
+async fn a_rebuilt_actor_tells_its_room_where_the_game_stands() {
+    // A node that takes a shard over rebuilds its games; the owner that died may have
+    // recorded a verdict without publishing it, and a socket on another node then missed
+    // that state for good.
+    let mut c = config();
+    c.actor_idle = Duration::from_millis(100);
+    let f = open(c).await;
+    let start = post(&f, event("told", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    let head = start.hash.expect("hash");
+    let moved = post(&f, event("told", 1, &head, Seat::X, rc(1, 1)), None)
+        .await
+        .expect("posted");
+    assert_eq!(moved.verdict, Verdict::Accepted);
+    let mut room = f.rooms.subscribe(INBOX, "told");
+    for _ in 0..100 {
+        if f.hub.resident_actors() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.hub.resident_actors(), 0, "the idle actor stopped");
+    while room.try_recv().is_ok() {}
+    // A read rebuilds the actor, which publishes the state it rebuilt.
+    f.hub
+        .state(INBOX, "told", Viewer::Spectator)
+        .await
+        .expect("state");
+    let mut told = None;
+    for _ in 0..100 {
+        if let Ok(p) = room.try_recv() {
+            told = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let told = told.expect("the rebuilt actor published");
+    assert_eq!(told.cause, Cause::Phase);
+    let spectator = told.views.spectator.as_ref().expect("the spectator's view");
+    assert_eq!(spectator.seq, Some(1));
+}
