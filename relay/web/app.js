@@ -480,6 +480,7 @@
       log('A fresh pairing code replaces the old one.');
       render();
     } catch (e) {
+      if (e.status === 401) return seatGone(s);
       showAlert('Could not get a new code: ' + e.message);
     }
   }
@@ -493,8 +494,17 @@
       leaveGame();
       showAlert('The game was cancelled.');
     } catch (e) {
+      if (e.status === 401) return seatGone(s);
       showAlert('Could not cancel: ' + e.message);
     }
+  }
+
+  // The hub no longer knows this seat's token: its game was cancelled (from another tab,
+  // say) or is gone. Nothing more can be done with it here.
+  function seatGone(s) {
+    forgetSeat(s.inbox, s.game);
+    leaveGame();
+    showAlert('This seat no longer opens its game: it was cancelled, perhaps from another tab.');
   }
 
   async function onCopy() {
