@@ -263,6 +263,30 @@ fn custody_names_the_commit_and_its_seq() {
 }
 
 #[test]
+fn a_sealed_commit_is_named_until_its_reveal_and_never_after_the_end() {
+    let mut b = board(json!({}));
+    let sealed = |b: &dyn Board| (b.sealed_commit(Seat::X), b.sealed_commit(Seat::O));
+    let of = |choice, nonce, seq| Some((rps_commit(choice, nonce), seq));
+    assert_eq!(sealed(&*b), (None, None));
+    let moves = rounds(&[("rock", "paper")]);
+    let expected = [
+        (of("rock", NX, 1), None),
+        (of("rock", NX, 1), of("paper", NO, 2)),
+        (None, of("paper", NO, 2)),
+        (None, None),
+    ];
+    for (i, (mv, want)) in moves.iter().zip(expected).enumerate() {
+        let seat = if i % 2 == 0 { Seat::X } else { Seat::O };
+        b.apply(seat, mv).expect("legal");
+        assert_eq!(sealed(&*b), want, "after move {}", i + 1);
+    }
+    b.apply(Seat::X, &commit("paper", NX)).expect("legal");
+    assert_eq!(sealed(&*b).0, of("paper", NX, 5));
+    b.resign(Seat::O);
+    assert_eq!(sealed(&*b), (None, None), "the game is over");
+}
+
+#[test]
 fn renders_a_score_line() {
     let mut b = board(json!({}));
     for (i, mv) in rounds(&[("rock", "scissors")]).iter().enumerate() {

@@ -184,6 +184,14 @@ pub trait Board: Send + Sync + fmt::Debug {
         None
     }
 
+    /// For commit-reveal protocols: `seat`'s commit of the round under way that it has not
+    /// revealed yet, and the seq it was written at (the custodian derives its nonce from
+    /// that), so that a custodian that does not hold the choice in memory can recover it
+    /// for the seat's own view. `None` once the game is over, and for every other protocol.
+    fn sealed_commit(&self, _seat: Seat) -> Option<(String, u64)> {
+        None
+    }
+
     fn box_clone(&self) -> Box<dyn Board>;
 }
 

@@ -377,6 +377,16 @@ impl Board for RpsBoard {
         }
     }
 
+    fn sealed_commit(&self, seat: Seat) -> Option<(String, u64)> {
+        if self.phase == Phase::Over {
+            return None;
+        }
+        self.sealed[idx(seat)]
+            .as_ref()
+            .filter(|sealed| sealed.revealed.is_none())
+            .map(|sealed| (sealed.commit.clone(), sealed.commit_seq))
+    }
+
     fn box_clone(&self) -> Box<dyn Board> {
         Box::new(self.clone())
     }

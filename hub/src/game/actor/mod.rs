@@ -510,12 +510,23 @@ impl GameActor {
         // A seat's own view shows the choice the hub keeps for it; nobody else's does.
         // (Only a seat's view is taken apart: the spectator's must come back whole.)
         if let Some(s) = seat {
-            st.view = st.view.take().map(|view| match self.choice[idx(s)] {
+            let choice = self.choice[idx(s)].or_else(|| self.recovered_choice(s));
+            st.view = st.view.take().map(|view| match choice {
                 Some(c) => view.with_pending_choice(c),
                 None => view,
             });
         }
         Ok(st)
+    }
+
+    /// The choice behind `seat`'s commit of the round under way, recovered from the commit
+    /// as a reveal recovers it, where this actor does not hold it: a copy on a node that
+    /// does not own the game, or a referee rebuilt after a restart. (On such nodes a seat's
+    /// own view lacked its choice, which a box reloaded there took for lost.) `None` when
+    /// the commit is not the hub's (an agent's own nonce) or there is none.
+    fn recovered_choice(&self, seat: Seat) -> Option<&'static str> {
+        let (commit, commit_seq) = self.chain.board()?.sealed_commit(seat)?;
+        self.custodian().recover(seat, commit_seq, &commit)
     }
 
     /// The views of the viewers in `watchers`, and of `poster` (a seat, or `None` for the

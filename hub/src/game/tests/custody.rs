@@ -327,3 +327,38 @@ async fn a_resign_drops_the_choice_held_for_the_round_it_ended() {
     assert_eq!(view.get("pendingChoice"), None, "{view}");
     assert_eq!(f.metrics.held_choices.get(), 0);
 }
+
+#[actix_rt::test]
+async fn a_committed_choice_shows_in_its_seat_view_after_a_restart() {
+    // The choice behind a commit lived only in the actor that wrote it: a hub restarted
+    // (or another node, reading the game) showed the seat no choice until the reveal.
+    let inbox = MemInbox::new(2);
+    let meta = Arc::new(MemMeta::default());
+    let f = open_on(inbox.clone(), meta.clone(), config()).await;
+    let (x, _o) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+    let p = f
+        .hub
+        .post_move(&x, json!({"move": {"choice": "scissors"}}))
+        .await
+        .expect("commit");
+    assert_eq!(p.verdict, Verdict::Accepted);
+    f.hub.shutdown().await;
+
+    let g = open_on(inbox, meta, config()).await;
+    let pending = |viewer| {
+        let hub = g.hub.clone();
+        let game = x.game.clone();
+        async move {
+            let st = hub.state(INBOX, &game, viewer).await.expect("state");
+            st.view
+                .as_ref()
+                .and_then(|v| v.value().get("pendingChoice").cloned())
+        }
+    };
+    assert_eq!(
+        pending(Viewer::Seat(Seat::X)).await,
+        Some(json!("scissors"))
+    );
+    assert_eq!(pending(Viewer::Seat(Seat::O)).await, None);
+    assert_eq!(pending(Viewer::Spectator).await, None);
+}
