@@ -44,6 +44,7 @@
     listInbox: null, // the inbox the watch list shows, and where its next page starts
     listNext: null,
     expiryTimer: null,
+    skew: 0, // the hub's clock minus this computer's, in ms, from its answers' Date header
   };
 
   // What a refusal means, for people; the hub's code follows in brackets for diagnosis.
@@ -60,7 +61,7 @@
     rate_limited: 'too many actions at once; wait a moment',
     not_started: 'the game has not started yet',
     unavailable: 'the hub cannot take this right now; try again shortly',
-    code_used: 'this code was already used, or a newer one replaced it',
+    code_used: 'this code was used already, or a newer one replaced it, or its game was cancelled',
     code_expired: 'this code has expired; ask for a new one',
     too_many_games: 'you have too many open games; finish, resign or cancel one first',
     already_paired: 'your opponent has already joined',
@@ -159,14 +160,47 @@
     renderSeats();
   }
 
+  // Whether this browser lets the page keep seats (storage can be switched off).
+  function canKeepSeats() {
+    try {
+      localStorage.setItem(SEATS_KEY + '.probe', '1');
+      localStorage.removeItem(SEATS_KEY + '.probe');
+      return true;
+    } catch (e) {
+      return false;
+    }
+  }
+
+  // A seat is one seat of one game: a browser may hold both seats of a game (two tabs).
+  const sameSeat = (a, b) => a.inbox === b.inbox && a.game === b.game && a.seat === b.seat;
+
   function rememberSeat(s) {
-    const list = loadSeats().filter((x) => !(x.inbox === s.inbox && x.game === s.game));
+    const list = loadSeats().filter((x) => !sameSeat(x, s));
     list.push({ inbox: s.inbox, game: s.game, seat: s.seat, token: s.token, pairingCode: s.pairingCode, expiresAt: s.expiresAt });
     storeSeats(list);
   }
 
-  function forgetSeat(inbox, game) {
-    storeSeats(loadSeats().filter((x) => !(x.inbox === inbox && x.game === game)));
+  function forgetSeat(s) {
+    storeSeats(loadSeats().filter((x) => !sameSeat(x, s)));
+  }
+
+  // Forgetting a seat loses its token for good: say what that means first. A host's
+  // game that nobody joined yet is cancelled with it, so it stops counting as open.
+  async function onForget(x) {
+    const waitingHost = x.seat === 'X' && Boolean(x.pairingCode);
+    const question = waitingHost
+      ? 'Forget game ' + x.game + '? Nobody has joined it yet: it will be cancelled.'
+      : 'Forget your seat ' + x.seat + ' in game ' + x.game + '? This browser will no longer be able to play or resign it, and the game stays open until it ends.';
+    if (!window.confirm(question)) return;
+    if (waitingHost) {
+      try {
+        await api('DELETE', gamePath(x.inbox, x.game), undefined, x.token);
+      } catch (e) {
+        // Joined meanwhile, or gone already: the seat is forgotten all the same.
+      }
+    }
+    forgetSeat(x);
+    ($('mine').hidden ? $('create-protocol') : $('mine-title')).focus();
   }
 
   function renderSeats() {
@@ -178,10 +212,10 @@
       const li = el('li');
       li.appendChild(el('span', { class: 'game-id' }, x.game));
       li.appendChild(el('span', { class: 'game-info' }, ' seat ' + x.seat + ', inbox ' + x.inbox + ' '));
-      const resume = el('button', { type: 'button', 'aria-label': 'Resume game ' + x.game, 'data-resume': x.game }, 'Resume');
+      const resume = el('button', { type: 'button', 'aria-label': 'Resume game ' + x.game + ' as ' + x.seat, 'data-resume': x.game, 'data-seat': x.seat }, 'Resume');
       resume.addEventListener('click', () => enterGame({ mode: 'seat', inbox: x.inbox, game: x.game, seat: x.seat, token: x.token, pairingCode: x.pairingCode, expiresAt: x.expiresAt }));
-      const forget = el('button', { type: 'button', class: 'danger', 'aria-label': 'Forget game ' + x.game }, 'Forget');
-      forget.addEventListener('click', () => forgetSeat(x.inbox, x.game));
+      const forget = el('button', { type: 'button', class: 'danger', 'aria-label': 'Forget seat ' + x.seat + ' of game ' + x.game }, 'Forget');
+      forget.addEventListener('click', () => onForget(x));
       li.appendChild(resume);
       li.appendChild(forget);
       list.appendChild(li);
@@ -207,6 +241,9 @@
     } catch (e) {
       throw new Error('The hub cannot be reached.');
     }
+    const date = Date.parse(res.headers.get('Date') || '');
+    // Whole seconds: only a difference of more than one tells anything.
+    if (!Number.isNaN(date)) S.skew = Math.abs(date - Date.now()) > 1500 ? date - Date.now() : 0;
     let data = null;
     try {
       data = await res.json();
@@ -216,7 +253,7 @@
     if (!res.ok) {
       let message = data && data.error ? describe(data.error, data.detail) : 'HTTP ' + res.status;
       const wait = res.headers.get('Retry-After');
-      if (res.status === 429 && wait) message += ' — try again in ' + wait + ' s';
+      if (res.status === 429 && wait && !message.includes('retry after')) message += ' — try again in ' + wait + ' s';
       const err = new Error(message);
       err.status = res.status;
       err.code = data && data.error;
@@ -391,6 +428,7 @@
       const items = (data && data.items) || [];
       S.listInbox = inbox;
       S.listNext = data && typeof data.next === 'string' ? data.next : null;
+      const hadFocus = document.activeElement === $('list-more');
       $('list-more').hidden = !S.listNext;
       if (items.length === 0 && !after) list.appendChild(el('li', null, 'No games in this inbox yet.'));
       for (const g of items) {
@@ -402,6 +440,11 @@
         watch.addEventListener('click', () => enterGame({ mode: 'watch', inbox, game: g.game }));
         li.appendChild(watch);
         list.appendChild(li);
+      }
+      // The last page hid the button that had the focus: give it to the last game listed.
+      if (hadFocus && !S.listNext) {
+        const last = list.querySelector('li:last-child button');
+        if (last) last.focus();
       }
     } catch (e) {
       showAlert('Could not list games: ' + e.message);
@@ -444,6 +487,9 @@
     saveSession();
     if (session.mode === 'seat') rememberSeat(session);
     $('leave-hint').hidden = session.mode !== 'seat';
+    setText($('leave-hint'), canKeepSeats()
+      ? 'Your seat stays under “Your games” in the lobby; leaving does not end the game.'
+      : 'This browser does not let the page keep seats (its storage is off): going back to the lobby or closing the tab loses this seat.');
     $('lobby').hidden = true;
     $('game').hidden = false;
     render();
@@ -455,7 +501,7 @@
   // is over is forgotten.
   function leaveGame() {
     const s = S.session;
-    if (s && s.mode === 'seat' && over()) forgetSeat(s.inbox, s.game);
+    if (s && s.mode === 'seat' && over()) forgetSeat(s);
     disconnect();
     S.session = null;
     resetGameView();
@@ -490,7 +536,7 @@
     if (!s || s.mode !== 'seat') return;
     try {
       await api('DELETE', gamePath(s.inbox, s.game), undefined, s.token);
-      forgetSeat(s.inbox, s.game);
+      forgetSeat(s);
       leaveGame();
       showAlert('The game was cancelled.');
     } catch (e) {
@@ -502,7 +548,7 @@
   // The hub no longer knows this seat's token: its game was cancelled (from another tab,
   // say) or is gone. Nothing more can be done with it here.
   function seatGone(s) {
-    forgetSeat(s.inbox, s.game);
+    forgetSeat(s);
     leaveGame();
     showAlert('This seat no longer opens its game: it was cancelled, perhaps from another tab.');
   }
@@ -601,6 +647,7 @@
         // Only a greeting resets the back-off: a hub that accepts the socket and then
         // closes it at once must not be hammered.
         S.retry = 0;
+        showNotice('');
         if (s.mode === 'watch') send({ t: 'game.subscribe', inbox: s.inbox, game: s.game });
         break;
       case 'game.state':
@@ -639,9 +686,15 @@
       render();
     }
     if (msg.error === 'unauthorized' && s.mode === 'seat') {
-      forgetSeat(s.inbox, s.game);
+      forgetSeat(s);
       leaveGame();
-      showAlert('This seat is no longer valid: ' + describe(msg.error, msg.detail) + '.');
+      showAlert('This seat no longer opens its game (' + String(msg.error) + (msg.detail ? ': ' + String(msg.detail) : '') + ').');
+      return;
+    }
+    // A game to watch that the hub does not know: back to the lobby, saying so.
+    if (msg.error === 'not_found' && s.mode === 'watch' && !S.truth) {
+      leaveGame();
+      showAlert('There is no game ' + s.game + ' in inbox ' + s.inbox + '.');
       return;
     }
     showNotice(capital(describe(msg.error, msg.detail)) + '.');
@@ -655,8 +708,9 @@
       S.pending = null;
     }
     S.truth = state;
-    // The hub accepted this seat's own move: an earlier refusal no longer applies.
-    if (state.ref && S.session.mode === 'seat') showNotice('');
+    // A refusal speaks of the board it was made on: the seat's own next move, any new
+    // event and the game's end all make it old news.
+    if (state.ref || !before || state.seq !== before.seq || (state.result && state.result.status !== 'in_progress')) showNotice('');
     if (state.phase !== 'waiting' && S.session.pairingCode) {
       delete S.session.pairingCode;
       delete S.session.expiresAt;
@@ -727,6 +781,14 @@
     return Boolean(r && r.status !== 'in_progress');
   }
 
+  // Whether this seat's pairing code has expired, by the hub's clock as far as the page
+  // can tell (its answers' Date header), not only by this computer's.
+  function codeExpired() {
+    const s = S.session;
+    const expires = s && s.expiresAt ? Date.parse(s.expiresAt) : NaN;
+    return expires <= Date.now() + S.skew;
+  }
+
   function online() {
     return Boolean(S.ws && S.ws.readyState === WebSocket.OPEN);
   }
@@ -734,7 +796,10 @@
   function phaseText(state) {
     const seat = mySeat();
     if (!online() && !over()) return 'connection lost; reconnecting to the hub';
-    if (state.phase === 'waiting') return seat === 'X' ? 'waiting for your opponent to join with the code' : 'waiting for the second player';
+    if (state.phase === 'waiting') {
+      if (seat === 'X' && codeExpired()) return 'the code expired; ask for a new one to invite someone';
+      return seat === 'X' ? 'waiting for your opponent to join with the code' : 'waiting for the second player';
+    }
     if (state.phase === 'paired') return 'both seats are filled; waiting for the start';
     if (over()) return 'game over: ' + resultText(state.result, seat);
     const v = state.view || {};
@@ -801,7 +866,7 @@
     $('pairing').hidden = !waiting;
     if (waiting) {
       const expires = s.expiresAt ? Date.parse(s.expiresAt) : NaN;
-      const expired = expires <= Date.now();
+      const expired = codeExpired();
       $('pairing-live').hidden = expired;
       $('pairing-expired').hidden = !expired;
       setText($('pairing-code'), s.pairingCode);
@@ -812,7 +877,7 @@
       setText($('pairing-expires'), at);
       setText($('pairing-expired'), 'The code ' + s.pairingCode + ' expired at ' + at + '. Ask for a new code to invite someone.');
       clearTimeout(S.expiryTimer);
-      if (!expired && !Number.isNaN(expires)) S.expiryTimer = setTimeout(render, Math.min(expires - Date.now() + 250, 2147483000));
+      if (!expired && !Number.isNaN(expires)) S.expiryTimer = setTimeout(render, Math.min(expires - Date.now() - S.skew + 250, 2147483000));
     }
 
     setText($('status'), t ? capital(phaseText(t)) + '.' : 'Connecting…');
@@ -1160,6 +1225,10 @@
     $('status').tabIndex = -1;
     $('mine-title').tabIndex = -1;
     renderSeats();
+    // Another tab took or forgot a seat.
+    window.addEventListener('storage', (e) => {
+      if (e.key === SEATS_KEY) renderSeats();
+    });
 
     const code = new URLSearchParams(location.search).get('code');
     if (code) $('join-code').value = code;

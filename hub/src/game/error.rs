@@ -32,7 +32,7 @@ pub enum HubError {
     /// Cancel or a fresh code after O paired.
     #[error("already_paired: the game already has both seats")]
     AlreadyPaired,
-    #[error("code_used: this pairing code was already redeemed")]
+    #[error("code_used: this pairing code was used, or replaced by a newer one, or its game was cancelled")]
     CodeUsed,
     #[error("code_expired: this pairing code has expired")]
     CodeExpired,
@@ -111,7 +111,10 @@ impl HubError {
             }
             HubError::NotStarted => Some("the game has no accepted start yet".into()),
             HubError::AlreadyPaired => Some("the game already has both seats".into()),
-            HubError::CodeUsed => Some("this pairing code was already redeemed".into()),
+            HubError::CodeUsed => Some(
+                "this pairing code was used, or replaced by a newer one, or its game was cancelled"
+                    .into(),
+            ),
             HubError::CodeExpired => Some("this pairing code has expired".into()),
         }
     }
