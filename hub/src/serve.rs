@@ -409,6 +409,17 @@ fn check_store_whole(dir: &std::path::Path, secret_given: bool) -> Result<(), Se
         );
     }
     let secret = [crate::config::SECRET_FILE, crate::config::SECRET_CHECK_FILE];
+    // The secret's check alone says a secret was made here or given: made here and gone,
+    // a new one would be made and then refused, and left behind.
+    let made_here_and_gone = dir.join(crate::config::SECRET_CHECK_FILE).exists()
+        && !dir.join(crate::config::SECRET_FILE).exists();
+    if !secret_given && made_here_and_gone {
+        return gone(
+            crate::config::SECRET_FILE,
+            "the hub secret, from which every hub-held seat's key derives (its check, \
+             secret.pub, is still there); give it with --secret if it is kept elsewhere",
+        );
+    }
     if (inbox_data || meta_data) && !secret_given && !secret.iter().any(|f| dir.join(f).exists()) {
         return gone(
             crate::config::SECRET_FILE,

@@ -85,12 +85,21 @@ impl Waiters {
     }
 
     /// Waits up to `wait` for the outcome of `capture`; `None` when none came in time.
-    pub async fn wait(&self, capture: Capture, wait: Duration) -> Option<Outcome> {
+    /// `ours` tells the poster's outcome from one left for an earlier event at the same
+    /// place (a Redis that lost its data hands places out again), which is dropped: it
+    /// named another event's hash and carried another game's views.
+    pub async fn wait(
+        &self,
+        capture: Capture,
+        wait: Duration,
+        ours: impl Fn(&Outcome) -> bool,
+    ) -> Option<Outcome> {
         let rx = match self.slots.entry(capture) {
             Entry::Occupied(e) => match e.remove() {
-                Slot::Done(outcome, _) => return Some(outcome),
-                // Two posters cannot share a capture; keep the newer waiter.
-                Slot::Waiting(_) => {
+                Slot::Done(outcome, _) if ours(&outcome) => return Some(outcome),
+                // Another event's outcome, or a waiter (two posters cannot share a
+                // capture; keep the newer).
+                _ => {
                     let (tx, rx) = oneshot::channel();
                     self.slots.insert(capture, Slot::Waiting(tx));
                     rx
@@ -103,7 +112,8 @@ impl Waiters {
             }
         };
         match tokio::time::timeout(wait, rx).await {
-            Ok(Ok(outcome)) => Some(outcome),
+            Ok(Ok(outcome)) if ours(&outcome) => Some(outcome),
+            Ok(Ok(_)) => None,
             _ => {
                 self.slots
                     .remove_if(&capture, |_, s| matches!(s, Slot::Waiting(_)));
@@ -150,7 +160,7 @@ mod tests {
     async fn a_verdict_before_the_wait_is_picked_up() {
         let w = Waiters::default();
         w.resolve(C, outcome(Verdict::Accepted));
-        let got = w.wait(C, Duration::from_millis(10)).await;
+        let got = w.wait(C, Duration::from_millis(10), |_| true).await;
         assert_eq!(got.map(|o| o.verdict), Some(Verdict::Accepted));
         assert!(w.is_empty());
     }
@@ -159,7 +169,8 @@ mod tests {
     async fn a_verdict_during_the_wait_wakes_the_poster() {
         let w = Arc::new(Waiters::default());
         let w2 = w.clone();
-        let poster = tokio::spawn(async move { w2.wait(C, Duration::from_secs(5)).await });
+        let poster =
+            tokio::spawn(async move { w2.wait(C, Duration::from_secs(5), |_| true).await });
         while w.is_empty() {
             tokio::task::yield_now().await;
         }
@@ -172,7 +183,10 @@ mod tests {
     #[tokio::test]
     async fn no_verdict_in_time_is_none_and_leaves_nothing() {
         let w = Waiters::default();
-        assert!(w.wait(C, Duration::from_millis(20)).await.is_none());
+        assert!(w
+            .wait(C, Duration::from_millis(20), |_| true)
+            .await
+            .is_none());
         assert!(w.is_empty());
     }
 
@@ -182,7 +196,8 @@ mod tests {
         w.resolve_if_waiting(C, outcome(Verdict::Accepted));
         assert!(w.is_empty(), "nobody waits: nothing is left behind");
         let w2 = w.clone();
-        let poster = tokio::spawn(async move { w2.wait(C, Duration::from_secs(5)).await });
+        let poster =
+            tokio::spawn(async move { w2.wait(C, Duration::from_secs(5), |_| true).await });
         while w.is_empty() {
             tokio::task::yield_now().await;
         }
@@ -197,8 +212,23 @@ mod tests {
         let w = Waiters::default();
         w.resolve(C, outcome(Verdict::Accepted));
         w.resolve(C, outcome(Verdict::Rejected));
-        let got = w.wait(C, Duration::from_millis(10)).await;
+        let got = w.wait(C, Duration::from_millis(10), |_| true).await;
         assert_eq!(got.map(|o| o.verdict), Some(Verdict::Rejected));
+    }
+
+    #[tokio::test]
+    async fn an_outcome_left_for_another_event_is_not_taken() {
+        let w = Waiters::default();
+        let mut old = outcome(Verdict::Accepted);
+        old.hash = Some("old".into());
+        w.resolve(C, old);
+        let ours = |o: &Outcome| o.hash.as_deref() == Some("new");
+        assert!(w.wait(C, Duration::from_millis(10), ours).await.is_none());
+        let mut new = outcome(Verdict::Accepted);
+        new.hash = Some("new".into());
+        w.resolve(C, new);
+        let got = w.wait(C, Duration::from_millis(10), ours).await;
+        assert_eq!(got.and_then(|o| o.hash), Some("new".into()));
     }
 
     #[tokio::test]
@@ -210,6 +240,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(5)).await;
         w.sweep(Duration::from_millis(1));
         assert!(w.is_empty());
-        assert!(w.wait(C, Duration::from_millis(1)).await.is_none());
+        assert!(w
+            .wait(C, Duration::from_millis(1), |_| true)
+            .await
+            .is_none());
     }
 }

@@ -90,15 +90,14 @@ pub struct EmbeddedInbox {
 /// A data directory's lock (see [`lock`]), released when dropped.
 pub struct DirLock {
     _file: fs::File,
+    _legacy: fs::File,
 }
 
 /// Creates `dir` if it is missing and takes its lock, or says which directory is in use.
 /// With it held, the stores that share the directory may open side by side.
 pub fn lock(dir: &Path) -> Result<DirLock, StoreError> {
     fs::create_dir_all(dir)?;
-    Ok(DirLock {
-        _file: lock_dir(dir)?,
-    })
+    lock_dir(dir)
 }
 
 impl EmbeddedInbox {
@@ -256,12 +255,26 @@ fn replay(
 /// tests, which spawn processes while others reopen stores, met it).
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Takes the directory's lock, or says which directory is in use. The lock is on the
-/// directory itself, not on a file in it: a lock file deleted while its hub ran (by hand,
-/// or by a clean-up script) let a second hub lock a new one and write the same logs. A
+/// Takes the directory's lock, or says which directory is in use. The lock that counts is
+/// on the directory itself: a lock file deleted while its hub ran (by hand, or by a
+/// clean-up script) let a second hub lock a new one and write the same logs, and a
 /// directory cannot be replaced under the files the first hub has open in it.
-fn lock_dir(dir: &Path) -> Result<fs::File, StoreError> {
-    let file = fs::File::open(dir)?;
+fn lock_dir(dir: &Path) -> Result<DirLock, StoreError> {
+    // The `LOCK` file, which earlier releases locked alone, is locked too, so that a hub
+    // of an earlier release and this one keep out of each other's way during an upgrade.
+    let legacy = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("LOCK"))?;
+    Ok(DirLock {
+        _file: take_lock(fs::File::open(dir)?, dir)?,
+        _legacy: take_lock(legacy, dir)?,
+    })
+}
+
+/// Takes `file`'s exclusive lock, waiting up to [`LOCK_WAIT`].
+fn take_lock(file: fs::File, dir: &Path) -> Result<fs::File, StoreError> {
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     let mut taken = file.try_lock();
     while matches!(taken, Err(fs::TryLockError::WouldBlock)) && std::time::Instant::now() < deadline

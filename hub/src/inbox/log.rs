@@ -42,6 +42,14 @@ use super::StoreError;
 pub const HEADER: usize = 8;
 /// No payload this store writes comes near this; a larger length field is damage.
 pub const MAX_PAYLOAD: usize = 16 << 20;
+/// A writer of these logs stops adding to a batch once it holds this many bytes (or its
+/// first request alone is longer).
+pub const MAX_BATCH_BYTES: usize = 512 << 10;
+/// The most a crash can leave written and not synced at the end of a segment: one batch,
+/// the verdicts written without an fsync before it, and a compaction's chunk (each synced
+/// before the next is written), with room to spare. Damage further from the data's end
+/// than this is no torn write, whatever it looks like.
+pub const TORN_MAX: u64 = 4 << 20;
 /// The first stretch of zeros a segment is allocated ahead with: a store that holds
 /// little (the tests open hundreds) writes little.
 pub const AHEAD_MIN: u64 = 64 << 10;
@@ -671,12 +679,14 @@ const SECTOR: u64 = 512;
 
 /// Why the frame at `good` in a newest segment of `len` bytes, where its intact frames end,
 /// is damage rather than the end of the data or a write a crash cut short; `None` when it
-/// is one of those. The end of the data: a zero length (no frame is empty; the zeros
-/// allocated ahead). Cut short: a sector's share of the frame is all zeros (as etcd's
-/// write-ahead log tells a torn write from damage), or the frame runs past the end of the
-/// file with no intact frame after its start. Anything else — a checksum that fails over
-/// fully written sectors, a length no frame has, a length that skips over intact frames —
-/// is a changed byte, and the frames after it may have been acknowledged.
+/// is one of those. Anything followed by more than [`TORN_MAX`] bytes of data is damage:
+/// a crash tears only the last write. Within that, the end of the data is a zero length
+/// (no frame is empty; the zeros allocated ahead), and a write cut short is a frame with a
+/// sector's share of it all zeros (as etcd's write-ahead log tells a torn write from
+/// damage) or one that runs past the end of the file with no intact frame after its
+/// start. Anything else — a checksum that fails over fully written sectors, a length no
+/// frame has, a length that skips over intact frames — is a changed byte, and the frames
+/// after it may have been acknowledged.
 fn damage_at(file: &File, good: u64, len: u64) -> Result<Option<&'static str>, StoreError> {
     let header_end = good + HEADER as u64;
     if header_end > len {
@@ -687,6 +697,16 @@ fn damage_at(file: &File, good: u64, len: u64) -> Result<Option<&'static str>, S
     let mut word = [0u8; 4];
     word.copy_from_slice(&header[..4]);
     let size = u64::from(u32::from_le_bytes(word));
+    // Whatever a crash tore lies within the last write it interrupted: data far beyond is
+    // what was synced after, so this is damage.
+    let data_end = last_nonzero(file, good, len, READ_CHUNK)?.map_or(good, |at| at + 1);
+    if data_end - good > TORN_MAX {
+        return Ok(Some(if size == 0 {
+            "a stretch of zeros with data after it"
+        } else {
+            "a damaged frame with data after it"
+        }));
+    }
     if size == 0 {
         return Ok(None);
     }
@@ -1003,9 +1023,42 @@ mod tests {
     }
 
     #[test]
+    fn zeros_or_damage_far_from_the_end_of_the_data_are_refused() {
+        // A zeroed block 10 MB into a 21 MB log passed for a torn write and was cut with
+        // everything after it: a crash tears only its last write.
+        for zeros in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (mut log, _, _) = collect(dir.path(), 1 << 30);
+            let frames: Vec<Vec<u8>> = (0..1200).map(|i| vec![(i % 250 + 1) as u8; 4000]).collect();
+            let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+            log.write_batch(&batch(&refs), true).expect("write");
+            drop(log);
+            let path = segment_path(dir.path(), "t", 0);
+            let mut data = fs::read(&path).expect("read");
+            let at = 100 * (HEADER + 4000) + 1024;
+            if zeros {
+                data[at..at + 512].fill(0);
+            } else {
+                data[at] ^= 0x01;
+                data[at + 1000] = 0;
+            }
+            fs::write(&path, &data).expect("write");
+            let opened = SegmentLog::open(dir.path(), "t", 1 << 30, |_, _| Ok(()));
+            let Err(StoreError::Corrupt(why)) = opened else {
+                panic!(
+                    "damage {} MB before the end was cut",
+                    (data.len() - at) >> 20
+                );
+            };
+            assert!(why.contains("with data after it"), "{why}");
+            assert_eq!(fs::read(&path).expect("read"), data, "the file was changed");
+        }
+    }
+
+    #[test]
     fn a_frame_with_an_unwritten_sector_is_a_torn_tail_wherever_its_checksum_fails() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _, _) = collect(dir.path(), 1 << 20);
+        let (mut log, _, _) = collect(dir.path(), 1 << 30);
         let buf = batch(&[b"keep", &[3u8; 1500]]);
         log.write_batch(&buf, true).expect("write");
         drop(log);

@@ -50,6 +50,19 @@ pub(super) enum Request {
     },
 }
 
+impl Request {
+    /// About what the request adds to a batch's bytes.
+    fn bytes(&self) -> usize {
+        match self {
+            Request::Append {
+                inbox, game, raw, ..
+            } => raw.len() + inbox.len() + game.len() + 64,
+            Request::Verdict { .. } => 128,
+            Request::Sync { .. } => 0,
+        }
+    }
+}
+
 /// Counters of the writer, for metrics and the benchmark.
 #[derive(Default)]
 pub struct WriterStats {
@@ -148,11 +161,17 @@ impl Writer {
     pub(super) fn run(mut self) {
         let mut batch = Vec::with_capacity(MAX_BATCH);
         while let Some(first) = self.rx.blocking_recv() {
+            let mut bytes = first.bytes();
             batch.push(first);
             self.pacer.wait();
-            while batch.len() < MAX_BATCH {
+            // Bounded in bytes too, so that what a crash can tear stays within
+            // `log::TORN_MAX` of the end.
+            while batch.len() < MAX_BATCH && bytes < log::MAX_BATCH_BYTES {
                 match self.rx.try_recv() {
-                    Ok(request) => batch.push(request),
+                    Ok(request) => {
+                        bytes += request.bytes();
+                        batch.push(request);
+                    }
                     Err(_) => break,
                 }
             }

@@ -265,8 +265,8 @@ fn entry_bytes(key_len: usize, at: FramePos) -> u64 {
 /// (segment 0) once the older ones are removed, and moves every key's place to it; returns
 /// the bytes written. The cold keys' entries are written first and memory's last, so that
 /// memory's copy of a key it shares with a run is the one a replay keeps. They are written
-/// a megabyte at a time and synced once, before any old segment goes: a crash on the way
-/// replays to the same keys.
+/// a megabyte at a time, each synced before the next, and all before any old segment
+/// goes: a crash on the way replays to the same keys.
 fn compact_log(
     keys: &mut Keys,
     log: &mut SegmentLog,
@@ -287,7 +287,9 @@ fn compact_log(
             .map_err(|_| StoreError::Corrupt("a meta key is not UTF-8".into()))?;
         let moved = encode(buf, PUT, text, &value, (0, base));
         if buf.len() >= CHUNK {
-            log.write_batch(buf, false)?;
+            // Each chunk synced before the next, so that a crash tears at most the last
+            // (`log::TORN_MAX`).
+            log.write_batch(buf, true)?;
             base += buf.len() as u64;
             buf.clear();
         }
@@ -714,11 +716,18 @@ fn run(
     let mut buf = Vec::new();
     let mut pacer = log::Pacer::new(pacing);
     while let Some(first) = rx.blocking_recv() {
+        let size = |c: &Change| c.key.len() + c.value.as_ref().map_or(0, |v| v.len()) + 16;
+        let mut bytes = size(&first);
         batch.push(first);
         pacer.wait();
-        while batch.len() < MAX_BATCH {
+        // Bounded in bytes too, so that what a crash can tear stays within
+        // `log::TORN_MAX` of the end.
+        while batch.len() < MAX_BATCH && bytes < log::MAX_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(change) => batch.push(change),
+                Ok(change) => {
+                    bytes += size(&change);
+                    batch.push(change);
+                }
                 Err(_) => break,
             }
         }

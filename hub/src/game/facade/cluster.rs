@@ -77,10 +77,11 @@ impl Hub {
         (inbox, game): (&str, &str),
         seat: Option<Seat>,
         wait: Duration,
+        ours: impl Fn(&Outcome) -> bool,
     ) -> (Option<Outcome>, Option<Arc<SharedState>>) {
         // The waiter is registered (first poll) before the store is asked, so a verdict
         // recorded in between reaches one or the other.
-        let waiting = self.engine.waiters.wait(capture, wait);
+        let waiting = self.engine.waiters.wait(capture, wait, &ours);
         tokio::pin!(waiting);
         let outcome = match waiting.as_mut().now_or_never() {
             Some(o) => o,

@@ -21,6 +21,7 @@ use super::engine::Engine;
 use super::seats::{self, Registration, Seats};
 use super::state::Phase;
 use super::types::{CreateGame, Created, NewCode, Paired, Posted, SeatAuth, Verdict};
+use super::waiters::Outcome;
 use super::writer::{self, Posting};
 use super::{HubConfig, HubError};
 use crate::inbox::{Capture, Inbox};
@@ -525,10 +526,22 @@ impl Hub {
         seat: Option<Seat>,
     ) -> Posted {
         let wait = self.engine.config.verdict_wait;
+        // The posted event's hash, worked out once and only when needed: to answer
+        // without a verdict, or to tell this event's outcome from one left at the same
+        // capture for an earlier event (`Waiters::wait`).
+        let make = std::sync::Mutex::new(Some(hash));
+        let posted = std::sync::OnceLock::new();
+        let posted_hash = || {
+            posted.get_or_init(|| {
+                let make = make.lock().ok().and_then(|mut m| m.take());
+                make.map(|h| h()).unwrap_or_default()
+            })
+        };
+        let ours = |o: &Outcome| o.hash.as_deref().is_none_or(|h| h == posted_hash());
         let (outcome, state) = if self.adjudicated_elsewhere(capture.shard) {
-            self.remote_verdict(capture, game, seat, wait).await
+            self.remote_verdict(capture, game, seat, wait, &ours).await
         } else {
-            let o = self.engine.waiters.wait(capture, wait).await;
+            let o = self.engine.waiters.wait(capture, wait, &ours).await;
             let state = o
                 .as_ref()
                 .and_then(|o| o.views.as_ref())
@@ -538,14 +551,14 @@ impl Hub {
         match outcome {
             Some(o) => Posted {
                 capture: Some(capture),
-                hash: o.hash.or_else(|| Some(hash())),
+                hash: o.hash.or_else(|| Some(posted_hash().clone())),
                 verdict: o.verdict,
                 state,
                 refusal: o.refusal,
             },
             None => Posted {
                 capture: Some(capture),
-                hash: Some(hash()),
+                hash: Some(posted_hash().clone()),
                 verdict: Verdict::Pending,
                 state: None,
                 refusal: None,

@@ -48,10 +48,11 @@ impl Hub {
             // Its actor may not have run since the hub restarted: wake it, and it
             // adjudicates whatever of its game still lacks a verdict as it rebuilds. The
             // wait is registered before the actor is asked, so the verdict cannot slip by.
-            let wait = self
-                .engine
-                .waiters
-                .wait(capture, self.engine.config.verdict_wait.min(LOOKUP_WAIT));
+            let wait = self.engine.waiters.wait(
+                capture,
+                self.engine.config.verdict_wait.min(LOOKUP_WAIT),
+                |_| true,
+            );
             let ask = self
                 .engine
                 .ask(&record.inbox, &record.game, Snapshot(Viewer::Spectator));
