@@ -386,7 +386,7 @@ impl Hub {
             // each counts again once its own game is written, and takes it back if that
             // made too many. Of the games kept, the one written last counted every other
             // kept one, so at most `max` are kept; racing creates may all take theirs back,
-            // and the person tries again.
+            // and are told to try again (503) when the cap was not the reason.
             if self.engine.seats.open_games_stored(person).await? > max {
                 let auth = SeatAuth {
                     inbox: inbox.into(),
@@ -394,6 +394,13 @@ impl Hub {
                     seat: Seat::X,
                 };
                 self.engine.seats.cancel(&auth).await?;
+                // Under the cap once this one is gone: racing creates took each other's
+                // room, and a try again may pass. Else the person is at the cap.
+                if self.engine.seats.open_games_stored(person).await? < max {
+                    return Err(HubError::Unavailable(
+                        "games were being created at once on other hub nodes; try again".into(),
+                    ));
+                }
                 return Err(HubError::TooManyGames(max));
             }
         }
