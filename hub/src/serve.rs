@@ -354,8 +354,6 @@ type Store = (
     Option<Arc<crate::cluster::RedisCluster>>,
 );
 
-/// Opens the Redis backend when `--redis` is given, else the embedded inbox and meta
-/// store, which share the data directory.
 /// Refuses an embedded store with one of its parts gone, before anything is made afresh in
 /// its place: a hub started on the inbox's log alone would let anyone move in seated games
 /// (their seats are in the meta log), on the meta log alone would write the starts of
@@ -454,6 +452,8 @@ async fn check_shared_secret(
     }
 }
 
+/// Opens the Redis backend when `--redis` is given, else the embedded inbox and meta
+/// store, which share the data directory.
 async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, ServeError> {
     if let Some(url) = &config.redis {
         let inbox = RedisInbox::open(url, config.shards).await?;

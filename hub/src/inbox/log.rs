@@ -7,12 +7,13 @@
 //! batch written to one was fsynced before the next segment was made.
 //!
 //! At open every segment is read front to back, a chunk at a time (a log's size does not
-//! decide how much memory opening it takes). In the *newest* segment, a frame that the
-//! file's end cuts short, or one with a sector's share of it all zeros, marks a torn tail —
-//! a batch that was being written when the process died, never acknowledged — and the
-//! segment is cut there. Any other frame that fails its checksum is a changed byte, which
-//! no crash leaves: the frames after it may be acknowledged ones, so open refuses it and
-//! says how to cut the file by hand, as it refuses any damage in an older segment.
+//! decide how much memory opening it takes). In the *newest* segment, within [`TORN_MAX`]
+//! of the end of its data (a crash tears only its last write), a frame that the file's end
+//! cuts short, or one with a sector's share of it all zeros, marks a torn tail — a batch
+//! that was being written when the process died, never acknowledged — and the segment is
+//! cut there. Any other damage is a changed byte or a lost block, which no crash leaves:
+//! the frames after it may be acknowledged ones, so open refuses it and says how to cut
+//! the file by hand, as it refuses any damage in an older segment.
 //!
 //! The newest segment is allocated ahead of its data by writing zeros (from
 //! [`AHEAD_MIN`] bytes at a time, doubling up to [`AHEAD_MAX`]), so an append neither
