@@ -276,6 +276,36 @@ fn segment_path(dir: &Path, stem: &str, index: u32) -> PathBuf {
     dir.join(format!("{stem}-{index:08}.log"))
 }
 
+/// Where a log records the number of its newest segment, each time it starts one. The
+/// segments' names say which come before the newest found, but nothing in them says that
+/// a newer one is missing: a deleted newest segment went unnoticed, and its acknowledged
+/// events with it.
+fn newest_path(dir: &Path, stem: &str) -> PathBuf {
+    dir.join(format!("{stem}.newest"))
+}
+
+/// The newest segment's number as recorded, if a record was ever written.
+fn recorded_newest(dir: &Path, stem: &str) -> Result<Option<u32>, StoreError> {
+    let path = newest_path(dir, stem);
+    match fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+            StoreError::Corrupt(format!("{} does not hold a segment number", path.display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records `index` as the newest segment's number, durably, once its file is durable.
+fn record_newest(dir: &Path, stem: &str, index: u32) -> Result<(), StoreError> {
+    let path = newest_path(dir, stem);
+    let tmp = path.with_extension("newest.tmp");
+    fs::write(&tmp, format!("{index}\n"))?;
+    File::open(&tmp)?.sync_all()?;
+    fs::rename(&tmp, &path)?;
+    sync_dir(dir)
+}
+
 /// Makes a newly created or removed directory entry durable.
 pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     File::open(dir)?.sync_all()?;
@@ -340,6 +370,16 @@ impl SegmentLog {
     ) -> Result<(SegmentLog, Replayed), StoreError> {
         fs::create_dir_all(dir)?;
         let indexes = segment_indexes(dir, stem)?;
+        if let Some(recorded) = recorded_newest(dir, stem)? {
+            let found = indexes.last().copied();
+            if found.is_none_or(|found| found < recorded) {
+                return Err(StoreError::Corrupt(format!(
+                    "{} is missing: {} records it as the log's newest segment",
+                    segment_path(dir, stem, recorded).display(),
+                    newest_path(dir, stem).display(),
+                )));
+            }
+        }
         let mut handles = Handles::default();
         let mut replayed = Replayed::default();
         let mut active_len = 0;
@@ -451,6 +491,7 @@ impl SegmentLog {
                 Err(source) => return Err(ReserveError::NextSegment { path, source }),
             };
             sync_dir(&self.dir)?;
+            record_newest(&self.dir, self.stem, self.first + index)?;
             self.segments.0.write().push(path, file.clone());
             self.active = file;
             self.active_index = index;
@@ -1072,6 +1113,31 @@ mod tests {
         assert_eq!(seen, vec![b"keep".to_vec()]);
         assert_eq!(replayed.truncated, (HEADER + 1500) as u64);
         assert_eq!(len_of(&path), (HEADER + 4) as u64);
+    }
+
+    #[test]
+    fn a_missing_newest_segment_is_refused() {
+        // Deleting the newest of several segments went unnoticed, and the acknowledged
+        // events in it with it.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _, _) = collect(dir.path(), 16);
+        for _ in 0..3 {
+            let buf = batch(&[b"0123456789"]);
+            log.reserve(buf.len()).expect("reserve");
+            log.write_batch(&buf, true).expect("write");
+        }
+        drop(log);
+        let newest = segment_path(dir.path(), "t", 2);
+        assert!(newest.exists());
+        let (_, _, seen) = collect(dir.path(), 16);
+        assert_eq!(seen.len(), 3, "whole, it opens");
+        fs::remove_file(&newest).expect("remove");
+        let opened = SegmentLog::open(dir.path(), "t", 16, |_, _| Ok(()));
+        let Err(StoreError::Corrupt(why)) = opened else {
+            panic!("a missing newest segment was not noticed");
+        };
+        assert!(why.contains(&newest.display().to_string()), "{why}");
+        assert!(!newest.exists(), "it was made afresh");
     }
 
     #[test]
