@@ -1115,10 +1115,8 @@ mod tests {
         assert_eq!(len_of(&path), (HEADER + 4) as u64);
     }
 
-    #[test]
-    fn a_missing_newest_segment_is_refused() {
-        // Deleting the newest of several segments went unnoticed, and the acknowledged
-        // events in it with it.
+    /// A log of 16-byte segments holding three one-frame segments.
+    fn three_segments() -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _, _) = collect(dir.path(), 16);
         for _ in 0..3 {
@@ -1126,7 +1124,14 @@ mod tests {
             log.reserve(buf.len()).expect("reserve");
             log.write_batch(&buf, true).expect("write");
         }
-        drop(log);
+        dir
+    }
+
+    #[test]
+    fn a_missing_newest_segment_is_refused() {
+        // Deleting the newest of several segments went unnoticed, and the acknowledged
+        // events in it with it.
+        let dir = three_segments();
         let newest = segment_path(dir.path(), "t", 2);
         assert!(newest.exists());
         let (_, _, seen) = collect(dir.path(), 16);
@@ -1142,14 +1147,7 @@ mod tests {
 
     #[test]
     fn damage_in_an_older_segment_is_refused() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _, _) = collect(dir.path(), 16);
-        for _ in 0..3 {
-            let buf = batch(&[b"0123456789"]);
-            log.reserve(buf.len()).expect("reserve");
-            log.write_batch(&buf, true).expect("write");
-        }
-        drop(log);
+        let dir = three_segments();
         let path = segment_path(dir.path(), "t", 0);
         let mut data = fs::read(&path).expect("read");
         data[HEADER] ^= 1;
