@@ -415,14 +415,16 @@ fn check_store_whole(dir: &std::path::Path, secret_given: bool) -> Result<(), Se
         return gone(
             crate::config::SECRET_FILE,
             "the hub secret, from which every hub-held seat's key derives (its check, \
-             secret.pub, is still there); give it with --secret if it is kept elsewhere",
+             secret.pub, is still there); a secret the hub made is 32 raw bytes, so only \
+             the file brings it back, while one chosen as text can be given with --secret",
         );
     }
     if (inbox_data || meta_data) && !secret_given && !secret.iter().any(|f| dir.join(f).exists()) {
         return gone(
             crate::config::SECRET_FILE,
-            "the hub secret, from which every hub-held seat's key derives; give it with \
-             --secret if it is kept elsewhere",
+            "the hub secret, from which every hub-held seat's key derives; a secret the \
+             hub made is 32 raw bytes, so only the file brings it back, while one chosen as \
+             text can be given with --secret",
         );
     }
     Ok(())

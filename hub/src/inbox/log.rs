@@ -374,8 +374,11 @@ impl SegmentLog {
             let found = indexes.last().copied();
             if found.is_none_or(|found| found < recorded) {
                 return Err(StoreError::Corrupt(format!(
-                    "{} is missing: {} records it as the log's newest segment",
+                    "{} is missing: {} records it as the log's newest segment. Restore it \
+                     from a backup; or, to give up the events it held, delete {} and \
+                     start again",
                     segment_path(dir, stem, recorded).display(),
+                    newest_path(dir, stem).display(),
                     newest_path(dir, stem).display(),
                 )));
             }
