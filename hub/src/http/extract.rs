@@ -202,12 +202,21 @@ fn is_json(req: &HttpRequest) -> bool {
 
 /// Step "JSON" for request objects that are not events: the same strict checks as an
 /// event (duplicate keys, numbers, depth), then the request's own shape (`schema`, with
-/// the offending field as detail).
+/// the offending field named in the detail: "`signed`: invalid type: …", as the relay
+/// names a message's field, unless the message names it already, as a missing or unknown
+/// field's does).
 pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let map: Map<String, Value> =
         games::json::parse_object(body, REQUEST_BODY_LIMIT).map_err(ApiError::input)?;
-    serde_json::from_value(Value::Object(map))
-        .map_err(|e| ApiError::input(Refusal::with(Reason::Schema, e.to_string())))
+    serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
+        let (path, message) = (e.path().to_string(), e.inner().to_string());
+        let detail = if path == "." || message.contains(&format!("`{path}`")) {
+            message
+        } else {
+            format!("`{path}`: {message}")
+        };
+        ApiError::input(Refusal::with(Reason::Schema, detail))
+    })
 }
 
 /// Inbox names: 1–128 characters of `A-Z a-z 0-9 . _ : -`, starting alphanumeric (the
@@ -259,5 +268,33 @@ mod tests {
         assert_eq!(from_proxy(&["6.6.6.6, 203.0.113.9"]), ip("203.0.113.9"));
         // None: the proxy itself.
         assert_eq!(from_proxy(&[]), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn a_request_of_the_wrong_shape_is_told_which_field() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Body {
+            #[allow(dead_code)]
+            code: String,
+            #[allow(dead_code)]
+            signed: Option<bool>,
+        }
+        let detail = |body: &str| {
+            let e = parse_request::<Body>(body.as_bytes()).expect_err("refused");
+            assert_eq!(e.code, "schema");
+            e.detail.unwrap_or_default()
+        };
+        assert_eq!(
+            detail(r#"{"code":"ABCD2345","signed":"yes"}"#),
+            "`signed`: invalid type: string \"yes\", expected a boolean"
+        );
+        assert_eq!(
+            detail(r#"{"code":5}"#),
+            "`code`: invalid type: integer `5`, expected a string"
+        );
+        // Missing and unknown fields are named by their own messages.
+        assert_eq!(detail("{}"), "missing field `code`");
+        assert!(detail(r#"{"code":"x","colour":1}"#).starts_with("unknown field `colour`"));
     }
 }
