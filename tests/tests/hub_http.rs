@@ -550,6 +550,16 @@ fn operators_get_metrics_health_and_an_openapi_document() {
     let c = Client::new();
     assert_eq!(c.get(&hub.url("/healthz")).json()["status"], "ok");
     assert_eq!(c.get(&hub.url("/readyz")).status, 200);
+    // A probe may be a HEAD: the GET's status and headers, no body.
+    for path in ["/healthz", "/readyz", "/metrics", "/v1/protocols", "/"] {
+        let head = c.send("HEAD", &hub.url(path), None, None, None);
+        assert_eq!(head.status, 200, "HEAD {path}: {}", head.body);
+        assert!(head.body.is_empty(), "HEAD {path}: {}", head.body);
+        assert!(head.header("content-type").is_some(), "HEAD {path}");
+    }
+    let put = c.send("PUT", &hub.url("/healthz"), None, None, Some(b"{}"));
+    assert_eq!(put.status, 405);
+    assert_eq!(put.header("allow"), Some("GET, HEAD"));
     let doc = c.get(&hub.url("/v1/openapi.json")).json();
     assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
     assert!(doc["paths"]["/v1/inboxes/{inbox}/events"]["post"].is_object());

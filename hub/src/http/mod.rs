@@ -10,7 +10,8 @@
 //!
 //! This layer holds no game logic and touches neither the inbox nor any actor: every
 //! request into a game goes through the engine's [`Hub`] facade. The WebSocket relay
-//! (`GET /v1/ws`) is a later issue and is not routed here.
+//! (`GET /v1/ws`) and the page at `/` are the `relay` crate's, configured beside these
+//! routes in `serve`.
 
 mod error;
 mod events;
@@ -25,7 +26,7 @@ use std::time::Instant;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpResponse};
+use actix_web::{guard, web, App, HttpResponse};
 use futures_util::future::{self, Either, FutureExt};
 use ipnet::IpNet;
 
@@ -145,30 +146,37 @@ fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
     }))
 }
 
+/// A GET route that answers HEAD too, as HTTP asks of every GET (a load balancer's or an
+/// uptime monitor's probe is often a HEAD): the same handler, and the server sends the
+/// headers alone.
+fn get() -> actix_web::Route {
+    web::route().guard(guard::Any(guard::Get()).or(guard::Head()))
+}
+
 /// The route table of DESIGN.md section 5 (all but `GET /v1/ws`).
 fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
-        resource("/v1/inboxes/{inbox}/events", "GET, POST")
+        resource("/v1/inboxes/{inbox}/events", "GET, HEAD, POST")
             .route(web::post().to(events::post_event))
-            .route(web::get().to(events::list_captures)),
+            .route(get().to(events::list_captures)),
     )
     .service(
-        resource("/v1/inboxes/{inbox}/events/{capture}", "GET")
-            .route(web::get().to(events::get_capture)),
+        resource("/v1/inboxes/{inbox}/events/{capture}", "GET, HEAD")
+            .route(get().to(events::get_capture)),
     )
     .service(
-        resource("/v1/inboxes/{inbox}/games", "GET, POST")
-            .route(web::get().to(games::list_games))
+        resource("/v1/inboxes/{inbox}/games", "GET, HEAD, POST")
+            .route(get().to(games::list_games))
             .route(web::post().to(games::create_game)),
     )
     .service(
-        resource("/v1/inboxes/{inbox}/games/{game}", "GET, DELETE")
-            .route(web::get().to(games::game_state))
+        resource("/v1/inboxes/{inbox}/games/{game}", "GET, HEAD, DELETE")
+            .route(get().to(games::game_state))
             .route(web::delete().to(games::cancel_game)),
     )
     .service(
-        resource("/v1/inboxes/{inbox}/games/{game}/export", "GET")
-            .route(web::get().to(games::export_game)),
+        resource("/v1/inboxes/{inbox}/games/{game}/export", "GET, HEAD")
+            .route(get().to(games::export_game)),
     )
     .service(
         resource("/v1/inboxes/{inbox}/games/{game}/code", "POST")
@@ -183,18 +191,18 @@ fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(games::resign)),
     )
     .service(
-        resource("/v1/inboxes/{inbox}/games/{game}/view", "GET")
-            .route(web::get().to(games::seat_view)),
+        resource("/v1/inboxes/{inbox}/games/{game}/view", "GET, HEAD")
+            .route(get().to(games::seat_view)),
     )
     .service(resource("/v1/pair", "POST").route(web::post().to(games::pair)))
-    .service(resource("/v1/protocols", "GET").route(web::get().to(ops::protocols)))
-    .service(resource("/v1/openapi.json", "GET").route(web::get().to(ops::openapi)))
+    .service(resource("/v1/protocols", "GET, HEAD").route(get().to(ops::protocols)))
+    .service(resource("/v1/openapi.json", "GET, HEAD").route(get().to(ops::openapi)))
     .configure(ops_routes);
 }
 
 /// `/metrics`, `/healthz` and `/readyz`: on the main address, and alone on the admin one.
 fn ops_routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(resource("/metrics", "GET").route(web::get().to(ops::metrics)))
-        .service(resource("/healthz", "GET").route(web::get().to(ops::healthz)))
-        .service(resource("/readyz", "GET").route(web::get().to(ops::readyz)));
+    cfg.service(resource("/metrics", "GET, HEAD").route(get().to(ops::metrics)))
+        .service(resource("/healthz", "GET, HEAD").route(get().to(ops::healthz)))
+        .service(resource("/readyz", "GET, HEAD").route(get().to(ops::readyz)));
 }
