@@ -744,6 +744,8 @@
         const row = v.cells[v.lastMove.row];
         const who = row ? row[v.lastMove.col] : null;
         if (who && (!before.view || before.view.moves !== v.moves)) {
+          const missed = missedMoves(kind, before.view, v);
+          if (missed) log(missed);
           if (kind === 'cells') log(who + ' played row ' + (v.lastMove.row + 1) + ', column ' + (v.lastMove.col + 1) + '.');
           else log(who + ' dropped a piece in column ' + (v.lastMove.col + 1) + '.');
         }
@@ -761,6 +763,32 @@
     if (after.result && after.result.status !== 'in_progress' && !wasOver) {
       log('Game over: ' + resultText(after.result, mySeat()) + '.');
     }
+  }
+
+  // Moves made while this page was not connected (or not watching: a seat played from
+  // another tab or by its agent) come as one new board. The order of all but the last is
+  // not on it, so they are told by player, in board order; the last move is told after.
+  function missedMoves(kind, was, now) {
+    if (!was || !Array.isArray(was.cells) || typeof was.moves !== 'number' || typeof now.moves !== 'number') return '';
+    const count = now.moves - was.moves - 1;
+    if (count < 1) return '';
+    const placed = { X: [], O: [] };
+    now.cells.forEach((row, r) => {
+      if (!Array.isArray(row)) return;
+      row.forEach((mark, c) => {
+        const last = now.lastMove && now.lastMove.row === r && now.lastMove.col === c;
+        const empty = !(was.cells[r] && was.cells[r][c]);
+        if (!last && empty && placed[mark]) placed[mark].push(kind === 'cells' ? 'row ' + (r + 1) + ', column ' + (c + 1) : 'column ' + (c + 1));
+      });
+    });
+    const told = ['X', 'O']
+      .filter((who) => placed[who].length > 0)
+      .map((who) => {
+        const verb = kind === 'cells' ? ' played ' : placed[who].length === 1 ? ' dropped a piece in ' : ' dropped pieces in ';
+        return who + verb + placed[who].join(' and ');
+      });
+    const moves = count === 1 ? '1 move' : count + ' moves';
+    return 'While this page was away, ' + moves + ' came before the last: ' + told.join('; ') + '.';
   }
 
   function mySeat() {

@@ -6,7 +6,7 @@
 //! tic-tac-toe to X's win; on the way X tries a cell O holds, and the page must draw that
 //! move at once and take it back when the hub refuses it; X reloads the tab mid-game and
 //! must get its seat back, and plays one move from the keyboard; the spectator must see
-//! every move. At the end the page checks the game's signed chain with the browser's own
+//! every move, two of them made while its connection was down. At the end the page checks the game's signed chain with the browser's own
 //! SHA-256 and Ed25519, and must refuse a log altered on its way in. Then a game of
 //! rock-paper-scissors where O's early choice is held by the hub (shown on O's page, never
 //! on X's), and an unsigned one of connect-four that ends by resignation, whose chain the
@@ -155,8 +155,18 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
     wait_eq(&o, "O", STATUS, json!("Waiting for X.")).await;
 
     step(t0, "game started for X and O");
-    // The spectator finds the game in the inbox's listing and watches it.
+    // The spectator finds the game in the inbox's listing and watches it. Its page's
+    // sockets are kept where the test can close them, and can be refused a new one, so
+    // that it misses moves later.
     open(&s, base).await;
+    eval(
+        &s,
+        "(() => { const Real = window.WebSocket; window.sockets = []; \
+           window.WebSocket = class extends Real { constructor(url, protocols) { \
+             if (window.blockWs) throw new Error('offline'); \
+             super(url, protocols); window.sockets.push(this); } }; return true; })()",
+    )
+    .await;
     type_into(&s, "#list-inbox", inbox).await;
     click(&s, "#list-button").await;
     let watch = format!("#game-list button[data-game=\"{game}\"]");
@@ -225,6 +235,20 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
     screenshot(&x, "x-refused").await;
 
     step(t0, "refused move taken back");
+    // The spectator's page loses its connection for the next two moves.
+    eval(
+        &s,
+        "(() => { window.blockWs = true; window.sockets.forEach((w) => w.close()); return true; })()",
+    )
+    .await;
+    wait_eq(
+        &s,
+        "spectator",
+        "document.body.dataset.conn",
+        json!("reconnecting"),
+    )
+    .await;
+    let players = [("X", &x), ("O", &o)];
     // This move is made from the keyboard: Enter on the focused cell. The cell keeps the
     // focus afterwards, since the board is updated in place rather than redrawn.
     let target = "#board .cell[data-row=\"0\"][data-col=\"1\"]";
@@ -236,7 +260,7 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
         .send_keys(&Key::Enter.to_string())
         .await
         .unwrap_or_else(|e| panic!("cannot press Enter on {target}: {e}"));
-    for (who, c) in all {
+    for (who, c) in players {
         wait_eq(c, who, &cell(0, 1), json!("X")).await;
         wait_eq(c, who, SEQ, json!("3")).await;
     }
@@ -246,7 +270,17 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
         json!("0,1"),
         "the pressed cell lost the focus"
     );
-    play_cell(&o, &all, 2, 2, "O", 4).await;
+    play_cell(&o, &players, 2, 2, "O", 4).await;
+    // Back online, the spectator's page gets the board of seq 4 and tells both moves.
+    eval(&s, "(() => { window.blockWs = false; return true; })()").await;
+    wait_eq(&s, "spectator", SEQ, json!("4")).await;
+    wait_eq(
+        &s,
+        "spectator",
+        "document.body.dataset.conn",
+        json!("connected"),
+    )
+    .await;
     play_cell(&x, &all, 0, 2, "X", 5).await;
 
     step(t0, "five moves");
@@ -354,11 +388,11 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
         json!([
             "X played row 1, column 1.",
             "O played row 2, column 2.",
-            "X played row 1, column 2.",
+            "While this page was away, 1 move came before the last: X played row 1, column 2.",
             "O played row 3, column 3.",
             "X played row 1, column 3.",
         ]),
-        "the spectator did not see every move in order"
+        "the spectator did not see every move in order, or missed one while offline"
     );
     screenshot(&x, "x-won").await;
     screenshot(&o, "o-lost").await;
