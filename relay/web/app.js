@@ -212,6 +212,9 @@
       const li = el('li');
       li.appendChild(el('span', { class: 'game-id' }, x.game));
       li.appendChild(el('span', { class: 'game-info' }, ' seat ' + x.seat + ', inbox ' + x.inbox + ' '));
+      const where = el('span', { class: 'seat-state', 'data-game': x.game, 'data-seat': x.seat });
+      li.appendChild(where);
+      if (!$('lobby').hidden) showSeatState(x, where);
       const resume = el('button', { type: 'button', 'aria-label': 'Resume game ' + x.game + ' as ' + x.seat, 'data-resume': x.game, 'data-seat': x.seat }, 'Resume');
       resume.addEventListener('click', () => enterGame({ mode: 'seat', inbox: x.inbox, game: x.game, seat: x.seat, token: x.token, pairingCode: x.pairingCode, expiresAt: x.expiresAt }));
       const forget = el('button', { type: 'button', class: 'danger', 'aria-label': 'Forget seat ' + x.seat + ' of game ' + x.game }, 'Forget');
@@ -220,6 +223,31 @@
       li.appendChild(forget);
       list.appendChild(li);
     }
+  }
+
+  // Where a kept seat's game stands, from its public state, so the list says which games
+  // wait for this player and which are over (a game can end while its page is closed).
+  async function showSeatState(x, where) {
+    let text;
+    try {
+      const state = await api('GET', gamePath(x.inbox, x.game));
+      text = seatState(state, x.seat);
+    } catch (e) {
+      text = e.status === 404 ? 'no longer on the hub' : '';
+    }
+    if (text) where.textContent = '(' + text + ') ';
+  }
+
+  function seatState(state, seat) {
+    const name = String(state.protocol || '').split(':').pop();
+    const r = state.result;
+    let where;
+    if (state.phase === 'waiting') where = seat === 'X' ? 'waiting for a guest' : 'waiting for the host';
+    else if (state.phase === 'paired') where = 'waiting for the start';
+    else if (r && r.status !== 'in_progress') where = 'over: ' + resultText(r, seat);
+    else if (state.view && state.view.toMove) where = state.view.toMove === seat ? 'your turn' : 'waiting for ' + state.view.toMove;
+    else where = 'in progress';
+    return name ? name + ', ' + where : where;
   }
 
   function gamePath(inbox, game) {

@@ -489,6 +489,14 @@ async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
         json!(true),
     )
     .await;
+    // The list says where the game stands: O's move.
+    wait_eq(
+        &x,
+        "X",
+        &format!("(document.querySelector('#mine-list .seat-state[data-game=\"{game}\"]') || {{}}).textContent || null"),
+        json!("(connect-four, waiting for O) "),
+    )
+    .await;
     click(&x, &resume).await;
     wait_eq(&x, "X", PHASE, json!("started")).await;
     wait_eq(&x, "X", &cell(5, 3), json!("X")).await;
