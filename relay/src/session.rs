@@ -15,7 +15,9 @@
 //! Commands run one at a time, in the order they arrived (a lane): at most one call into
 //! the service is in flight per socket, and while [`COMMAND_QUEUE`] commands wait, or
 //! frames wait in the backlog, the session stops reading the socket, so a flooding client
-//! is held back by TCP rather than by memory. Rate limits are the service's: every move
+//! is held back by TCP rather than by memory. While frames wait it starts no command
+//! either, so a burst's answers go out at the pace the connection takes them, and only a
+//! client that does not read fills the backlog. Rate limits are the service's: every move
 //! and resign is charged to the person's budget, shared with HTTP.
 //!
 //! Ordering: a session remembers the newest state it has shown (by `seq`) and never shows
@@ -312,7 +314,10 @@ impl Session {
                     description: Some("the hub is shutting down".into()),
                 }));
             }
-            if self.inflight.is_none() {
+            // Nor does it start the next command while frames wait: the answers of a
+            // burst of commands refused at once (`rate_limited`) came faster than the
+            // connection took them, and overflowed the backlog of a client that reads.
+            if self.inflight.is_none() && self.backlog.is_empty() {
                 if let Some(command) = self.queue.pop_front() {
                     self.start(command);
                 }

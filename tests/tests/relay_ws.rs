@@ -6,9 +6,11 @@ mod relay_support;
 
 use std::time::{Duration, Instant};
 
+use futures_util::SinkExt;
 use pipehub_tests::{metric_sum, verify, Client, Hub};
 use relay_support::{Game, Ws};
 use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 
 const TTT: &str = "pipehub:tic-tac-toe";
 const RPS: &str = "pipehub:rock-paper-scissors";
@@ -319,12 +321,18 @@ async fn a_flood_of_moves_is_rate_limited_with_the_budget_http_shares() {
     let g = ttt(&hub, &c, "ws-flood");
     let mut x = Ws::connect(&hub).await;
     x.hello(Some(&g.x)).await;
-    let flood = 30;
+    // Written at once, as one burst: the hub reads them faster than it can write the
+    // answers, which must wait for the client, not drop it as one that does not read.
+    let flood = 300;
     for i in 0..flood {
         let (row, col) = (i / 3 % 3, i % 3);
-        x.send(json!({"t": "game.move", "move": {"row": row, "col": col}, "ref": i}))
-            .await;
+        let text = json!({"t": "game.move", "move": {"row": row, "col": col}, "ref": i});
+        x.socket
+            .feed(Message::Text(text.to_string().into()))
+            .await
+            .expect("the burst is buffered");
     }
+    x.socket.flush().await.expect("the burst is written");
     let (mut limited, mut refereed) = (0, 0);
     let mut answered = 0;
     while answered < flood {
