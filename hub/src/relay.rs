@@ -144,6 +144,7 @@ fn failure(err: HubError) -> Failure {
     Failure {
         error: err.code().to_string(),
         detail: err.detail(),
+        retry_after: None,
     }
 }
 
@@ -170,10 +171,7 @@ impl HubGames {
                     .rate_limited
                     .with_label_values(&["events"])
                     .inc();
-                Failure::new(
-                    "rate_limited",
-                    format!("retry after {} s", limited.retry_after_secs),
-                )
+                Failure::rate_limited(limited.retry_after_secs)
             })
     }
 

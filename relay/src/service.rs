@@ -36,6 +36,9 @@ pub struct SeatRef {
 pub struct Failure {
     pub error: String,
     pub detail: Option<String>,
+    /// For `rate_limited`: whole seconds until the budget lets one more through (HTTP's
+    /// `Retry-After`), so a client can back off without reading the detail's words.
+    pub retry_after: Option<u64>,
 }
 
 impl Failure {
@@ -43,6 +46,15 @@ impl Failure {
         Failure {
             error: error.into(),
             detail: Some(detail.into()),
+            retry_after: None,
+        }
+    }
+
+    /// `rate_limited`, to be tried again in `secs` seconds.
+    pub fn rate_limited(secs: u64) -> Failure {
+        Failure {
+            retry_after: Some(secs),
+            ..Failure::new("rate_limited", format!("retry after {secs} s"))
         }
     }
 }

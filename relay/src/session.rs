@@ -632,6 +632,7 @@ impl Session {
                     reference.as_ref(),
                     &error,
                     detail.as_deref(),
+                    None,
                 ));
                 self.release_held();
                 self.show(Ok(state), None);
@@ -645,6 +646,7 @@ impl Session {
                     reference.as_ref(),
                     &failure.error,
                     failure.detail.as_deref(),
+                    failure.retry_after,
                 ));
                 let held = self.watch.as_ref().is_some_and(|w| !w.held.is_empty());
                 self.release_held();

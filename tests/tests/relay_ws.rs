@@ -345,6 +345,8 @@ async fn a_flood_of_moves_is_rate_limited_with_the_budget_http_shares() {
             assert!(m["detail"]
                 .as_str()
                 .is_some_and(|d| d.contains("retry after")));
+            // The wait in whole seconds, as HTTP's Retry-After, for a client to read.
+            assert!(m["retryAfter"].as_u64().is_some_and(|s| s >= 1), "{m}");
             limited += 1;
         } else {
             refereed += 1;

@@ -132,14 +132,24 @@ pub fn hello_ok(seat: Option<Seat>, inbox: Option<&str>, game: Option<&str>) -> 
     }))
 }
 
-/// `{"t":"game.refused","ref","error","detail"}`: always followed by the true state.
-pub fn refused(reference: Option<&Ref>, error: &str, detail: Option<&str>) -> ByteString {
-    text(json!({
+/// `{"t":"game.refused","ref","error","detail"}`, and `"retryAfter"` (whole seconds)
+/// when the refusal is `rate_limited`: always followed by the true state.
+pub fn refused(
+    reference: Option<&Ref>,
+    error: &str,
+    detail: Option<&str>,
+    retry_after: Option<u64>,
+) -> ByteString {
+    let mut frame = json!({
         "t": "game.refused",
         "ref": ref_value(reference),
         "error": error,
         "detail": detail,
-    }))
+    });
+    if let Some(secs) = retry_after {
+        frame["retryAfter"] = json!(secs);
+    }
+    text(frame)
 }
 
 /// `{"t":"error","error","detail","close"}`: the socket closes after it when `close`.
@@ -212,9 +222,19 @@ mod tests {
             parse(&refused(
                 Some(&reference(r#""a""#)),
                 "illegal_move",
-                Some("occupied")
+                Some("occupied"),
+                None,
             )),
             json!({"t": "game.refused", "ref": "a", "error": "illegal_move", "detail": "occupied"})
+        );
+        assert_eq!(
+            parse(&refused(
+                Some(&reference("7")),
+                "rate_limited",
+                Some("retry after 3 s"),
+                Some(3),
+            )),
+            json!({"t": "game.refused", "ref": 7, "error": "rate_limited", "detail": "retry after 3 s", "retryAfter": 3})
         );
         assert_eq!(
             parse(&error("schema", None, true)),
