@@ -198,6 +198,19 @@ pub async fn run(
 
 /// Whether an error from the client's stream is its connection going away (the request
 /// payload under the socket ended early or failed), not a frame the client got wrong.
+/// Whether the client's message is over [`MAX_FRAME_BYTES`]: one frame that says so in
+/// its header, or fragments that add up past it (which actix-ws's aggregation reports as
+/// an I/O error with this message, and no kind of its own).
+fn is_oversized(e: &actix_ws::ProtocolError) -> bool {
+    match e {
+        actix_ws::ProtocolError::Overflow => true,
+        actix_ws::ProtocolError::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.to_string() == "Exceeded maximum continuation size"),
+        _ => false,
+    }
+}
+
 fn is_disconnect(e: &actix_ws::ProtocolError) -> bool {
     matches!(e, actix_ws::ProtocolError::Io(io)
         if io.get_ref().is_some_and(|inner| inner.is::<actix_web::error::PayloadError>()))
@@ -278,10 +291,10 @@ impl Session {
             tokio::select! {
                 message = stream.recv(), if can_read => match message {
                     Some(Ok(message)) => self.on_message(message),
-                    Some(Err(actix_ws::ProtocolError::Overflow)) => self.fail(
+                    Some(Err(e)) if is_oversized(&e) => self.fail(
                         Ended::BadFrame,
                         "too_large",
-                        &format!("frames are at most {MAX_FRAME_BYTES} bytes"),
+                        &format!("messages are at most {MAX_FRAME_BYTES} bytes, in one frame or several"),
                     ),
                     Some(Err(e)) if is_disconnect(&e) => self.drop_client(Ended::Disconnected),
                     Some(Err(e)) => self.fail(Ended::BadFrame, "bad_frame", &e.to_string()),

@@ -510,6 +510,38 @@ async fn each_socket_that_ends_is_reported_with_its_cause() {
 }
 
 #[actix_rt::test]
+async fn a_message_in_fragments_over_the_limit_is_too_large_as_one_frame_is() {
+    use tokio::io::AsyncWriteExt;
+    let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
+    let mut ws = seated(&url, "tx").await;
+    // A text message in three masked fragments of 2,000 bytes (a zero mask): 6,000 in all.
+    let fragment = |opcode: u8, fin: bool| {
+        let mut frame = vec![opcode | if fin { 0x80 } else { 0 }, 0x80 | 126, 0x07, 0xd0];
+        frame.extend([0u8; 4]);
+        frame.extend(std::iter::repeat_n(b'a', 2000));
+        frame
+    };
+    let raw = [
+        fragment(0x1, false),
+        fragment(0x0, false),
+        fragment(0x0, true),
+    ]
+    .concat();
+    let tcp = match ws.get_mut() {
+        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp,
+        _ => panic!("a plain socket"),
+    };
+    tcp.write_all(&raw).await.expect("written");
+    tcp.flush().await.expect("flushed");
+    let refused = recv(&mut ws).await;
+    assert_eq!(
+        refused,
+        json!({"t": "error", "error": "too_large", "detail": "messages are at most 4096 bytes, in one frame or several", "close": true})
+    );
+    assert_eq!(ends(&closed, 1).await, vec![Ended::BadFrame]);
+}
+
+#[actix_rt::test]
 async fn a_frame_that_declares_more_than_the_limit_is_refused_at_its_header() {
     // Before, the relay read an oversized frame to its end before refusing it, and a
     // client that declared 2^40 bytes and kept sending filled the hub's memory.
