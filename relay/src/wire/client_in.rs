@@ -171,6 +171,9 @@ fn strict_move(t: &str, fields: &Fields<'_>) -> Result<Result<Value, Reason>, Ba
     Ok(games::json::parse_with_limit(raw.get().as_bytes(), usize::MAX).map_err(|r| r.reason))
 }
 
+/// The largest integer a JSON number carries exactly everywhere (2^53 − 1).
+const MAX_SAFE: u64 = (1 << 53) - 1;
+
 fn reference(fields: &Fields<'_>) -> Result<Option<Ref>, BadMessage> {
     let Some(raw) = fields.get("ref") else {
         return Ok(None);
@@ -185,7 +188,14 @@ fn reference(fields: &Fields<'_>) -> Result<Option<Ref>, BadMessage> {
     } else {
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Null) => return Ok(None),
-            Ok(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+            // Within ±(2^53 − 1), as every number of section 1: a JavaScript box reads a
+            // larger one back rounded, and could not match the answer to its move.
+            Ok(Value::Number(n)) if n.as_i64().is_some_and(|i| i.unsigned_abs() <= MAX_SAFE) => {
+                n.to_string()
+            }
+            Ok(Value::Number(n)) if n.is_i64() || n.is_u64() => return Err(BadMessage::schema(
+                "`ref` as an integer is at most 2^53 - 1 either way; send a larger one as a string",
+            )),
             _ => return Err(BadMessage::schema("`ref` must be a string or an integer")),
         }
     };
@@ -389,6 +399,12 @@ mod tests {
                 reference: Some(Ref("-3".into()))
             }
         );
+        assert_eq!(
+            ok(r#"{"t":"game.resign","ref":-9007199254740991}"#),
+            ClientIn::Resign {
+                reference: Some(Ref("-9007199254740991".into()))
+            }
+        );
         // A field sent twice keeps its last value.
         assert_eq!(
             ok(r#"{"t":"game.subscribe","inbox":"a","game":"g","inbox":"b"}"#),
@@ -438,6 +454,12 @@ mod tests {
             (r#"{"t":"game.resign","ref":"\ud800"}"#, "schema"),
             (r#"{"t":"game.resign","ref":true}"#, "schema"),
             (r#"{"t":"game.resign","ref":1e2}"#, "schema"),
+            (r#"{"t":"game.resign","ref":9007199254740992}"#, "schema"),
+            (r#"{"t":"game.resign","ref":-9007199254740992}"#, "schema"),
+            (
+                r#"{"t":"game.resign","ref":12345678901234567890}"#,
+                "schema",
+            ),
             (r#"{"t":"hello"} x"#, "bad_json"),
             (r#""hello""#, "schema"),
         ];
