@@ -714,12 +714,14 @@ impl Session {
         };
         // A publication follows an accepted event, so in a started game its seq is new
         // unless this socket has shown that state already (the reply to its own move, or
-        // the state read on joining, came first): then it would be a duplicate.
-        let shown = state.seq().is_some()
-            && watch
-                .latest
-                .as_ref()
-                .is_some_and(|l| l.seq() == state.seq());
+        // the state read on joining, came first): then it would be a duplicate. Before the
+        // start there is no seq to go by, and a publication (a rebuilt actor telling its
+        // room where the game stands) can be the very state read on joining: a duplicate
+        // too, by its bytes.
+        let shown = watch.latest.as_ref().is_some_and(|l| match state.seq() {
+            Some(_) => l.seq() == state.seq(),
+            None => l.seq().is_none() && l.frame() == state.frame(),
+        });
         let before = watch.latest.as_ref().and_then(StateFrame::seq);
         if shown || !watch.adopt(state.clone()) {
             return;
