@@ -196,11 +196,10 @@ pub async fn run(
     let _ = tokio::time::timeout(WRITE_TIMEOUT, session.flush()).await;
 }
 
-/// Whether an error from the client's stream is its connection going away (the request
-/// payload under the socket ended early or failed), not a frame the client got wrong.
 /// Whether the client's message is over [`MAX_FRAME_BYTES`]: one frame that says so in
 /// its header, or fragments that add up past it (which actix-ws's aggregation reports as
-/// an I/O error with this message, and no kind of its own).
+/// an I/O error with this message, and no kind of its own: `vendor/actix-ws`'s
+/// `aggregated.rs`; the relay's test of a fragmented message pins it).
 fn is_oversized(e: &actix_ws::ProtocolError) -> bool {
     match e {
         actix_ws::ProtocolError::Overflow => true,
@@ -211,6 +210,8 @@ fn is_oversized(e: &actix_ws::ProtocolError) -> bool {
     }
 }
 
+/// Whether an error from the client's stream is its connection going away (the request
+/// payload under the socket ended early or failed), not a frame the client got wrong.
 fn is_disconnect(e: &actix_ws::ProtocolError) -> bool {
     matches!(e, actix_ws::ProtocolError::Io(io)
         if io.get_ref().is_some_and(|inner| inner.is::<actix_web::error::PayloadError>()))
