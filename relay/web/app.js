@@ -815,6 +815,7 @@
         const verb = kind === 'cells' ? ' played ' : placed[who].length === 1 ? ' dropped a piece in ' : ' dropped pieces in ';
         return who + verb + placed[who].join(' and ');
       });
+    if (told.length === 0) return '';
     const moves = count === 1 ? '1 move' : count + ' moves';
     return 'While this page was away, ' + moves + ' came before the last: ' + told.join('; ') + '.';
   }
