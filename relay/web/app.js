@@ -231,18 +231,23 @@
     let text;
     try {
       const state = await api('GET', gamePath(x.inbox, x.game));
-      text = seatState(state, x.seat);
+      text = seatState(state, x);
     } catch (e) {
       text = e.status === 404 ? 'no longer on the hub' : '';
     }
     if (text) where.textContent = '(' + text + ') ';
   }
 
-  function seatState(state, seat) {
+  function seatState(state, x) {
+    const seat = x.seat;
     const name = String(state.protocol || '').split(':').pop();
     const r = state.result;
     let where;
-    if (state.phase === 'waiting') where = seat === 'X' ? 'waiting for a guest' : 'waiting for the host';
+    // A host whose code expired must ask for a new one (or forget the game, which
+    // cancels it): until then the game counts as open, and nobody can join it.
+    const expired = x.expiresAt && Date.parse(x.expiresAt) <= Date.now() + S.skew;
+    if (state.phase === 'waiting' && seat === 'X' && expired) where = 'the code expired';
+    else if (state.phase === 'waiting') where = seat === 'X' ? 'waiting for a guest' : 'waiting for the host';
     else if (state.phase === 'paired') where = 'waiting for the start';
     else if (r && r.status !== 'in_progress') where = 'over: ' + resultText(r, seat);
     else if (state.view && state.view.toMove) where = state.view.toMove === seat ? 'your turn' : 'waiting for ' + state.view.toMove;
