@@ -142,3 +142,23 @@ fn a_thread_count_out_of_range_is_a_usage_error() {
         );
     }
 }
+
+/// A rate too small to pace anything is a usage error that names the floor (it used to
+/// pass, and overflow the pacer's next slot).
+#[test]
+fn a_rate_below_the_floor_is_a_usage_error() {
+    for rate in ["1e-300", "1e-10", "0.0005", "0", "nan"] {
+        let out = Command::new(pipehub_bin())
+            .args(["loadgen", "--hub", "http://127.0.0.1:9", "--games", "1"])
+            .args(["--duration", "1", &format!("--rate={rate}")])
+            .stdin(Stdio::null())
+            .output()
+            .expect("pipehub loadgen runs");
+        assert_eq!(out.status.code(), Some(2), "--rate {rate}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--rate must be a number of moves a second, at least 0.001"),
+            "--rate {rate}: {err}"
+        );
+    }
+}

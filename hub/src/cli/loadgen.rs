@@ -46,8 +46,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         eprintln!("pipehub loadgen: --duration must be more than 0 and at most 86400 seconds");
         return Ok(2);
     }
-    if args.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-        eprintln!("pipehub loadgen: --rate must be a positive number");
+    if let Some(Err(e)) = args.rate.map(loadgen::check_rate) {
+        eprintln!("pipehub loadgen: {e}");
         return Ok(2);
     }
     let config = Config {

@@ -26,7 +26,7 @@ pub mod wire;
 use http::HubClient;
 use moves::Kind;
 use serde::Serialize;
-use stats::{Pacer, Percentiles, Stats};
+use stats::{Pacer, Percentiles, Stats, MIN_RATE};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,6 +158,9 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
             "--games and --duration must be positive".into(),
         ));
     }
+    if let Some(rate) = config.rate {
+        check_rate(rate).map_err(LoadgenError::Usage)?;
+    }
     check_fd_limit(config.games)?;
     let http = HubClient::new(&config.hub).map_err(|e| LoadgenError::Usage(e.to_string()))?;
     let rss_before = http
@@ -271,6 +274,18 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
     })
 }
 
+/// Refuses a `--rate` that is not a number of moves a second of at least [`MIN_RATE`].
+pub fn check_rate(rate: f64) -> Result<(), String> {
+    if rate.is_finite() && rate >= MIN_RATE {
+        Ok(())
+    } else {
+        Err(format!(
+            "--rate must be a number of moves a second, at least {MIN_RATE} (one move every {:.0} s)",
+            1.0 / MIN_RATE
+        ))
+    }
+}
+
 /// Raises this process's soft open-files limit to its hard one, then refuses to start
 /// when it still cannot open 2G sockets, rather than failing halfway.
 fn check_fd_limit(games: usize) -> Result<(), LoadgenError> {
@@ -338,6 +353,27 @@ mod tests {
         // A kernel too old to count steal, or a text without a cpu line.
         assert_eq!(steal_ticks("cpu  1 2 3 4 5 6 7\n"), None);
         assert_eq!(steal_ticks("intr 1 2 3\n"), None);
+    }
+
+    /// A rate too small to pace anything is a usage error, found before the hub is asked
+    /// anything (the hub here is a port nobody listens on).
+    #[tokio::test]
+    async fn a_rate_below_the_floor_is_refused_before_the_run() {
+        for rate in [1e-300, 1e-10, MIN_RATE / 2.0, -5.0, f64::NAN, f64::INFINITY] {
+            let config = Config {
+                hub: "http://127.0.0.1:9".into(),
+                games: 2,
+                duration: Duration::from_secs(2),
+                rate: Some(rate),
+                protocol: "pipehub:tic-tac-toe".into(),
+                signed: false,
+            };
+            match run(config).await {
+                Err(LoadgenError::Usage(e)) => assert!(e.contains("--rate"), "{rate}: {e}"),
+                other => panic!("rate {rate}: {other:?}"),
+            }
+        }
+        assert!(check_rate(MIN_RATE).is_ok() && check_rate(5000.0).is_ok());
     }
 
     #[test]

@@ -122,6 +122,11 @@ impl Default for Stats {
     }
 }
 
+/// The lowest `--rate` a run takes, in moves a second: one move every 1,000 s. A slower
+/// rate would not make a second move in most runs, and a rate small enough to spread slots
+/// beyond what a `u64` of nanoseconds holds is no rate at all.
+pub const MIN_RATE: f64 = 0.001;
+
 /// Evenly spaced send slots: at most `rate` moves a second across all games.
 #[derive(Debug)]
 pub struct Pacer {
@@ -131,7 +136,9 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    /// `None` or a non-positive rate means no cap.
+    /// `None` or a non-positive rate means no cap. A rate below [`MIN_RATE`] is refused
+    /// before a run starts; here it only makes slots far apart (the interval saturates at
+    /// `u64::MAX` nanoseconds, as a float-to-integer cast does).
     pub fn new(rate: Option<f64>) -> Pacer {
         let interval_ns = match rate {
             Some(r) if r > 0.0 => (1e9 / r).round().max(1.0) as u64,
@@ -154,9 +161,11 @@ impl Pacer {
         let slot = loop {
             // No credit for idle time: a slot is never earlier than now.
             let slot = next.max(now);
+            // Saturating: a huge interval makes every later slot "never", not a wrap to
+            // the past (or a panic in a debug build).
             match self.next_ns.compare_exchange_weak(
                 next,
-                slot + self.interval_ns,
+                slot.saturating_add(self.interval_ns),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
@@ -165,7 +174,12 @@ impl Pacer {
             }
         };
         if slot > now {
-            tokio::time::sleep_until(self.origin + Duration::from_nanos(slot)).await;
+            match self.origin.checked_add(Duration::from_nanos(slot)) {
+                Some(at) => tokio::time::sleep_until(at).await,
+                // A slot past what the clock can name never comes; the caller bounds its
+                // wait by the run's deadline.
+                None => std::future::pending().await,
+            }
         }
     }
 
@@ -224,5 +238,21 @@ mod tests {
         let free = Instant::now();
         Pacer::new(None).wait().await;
         assert!(free.elapsed() < Duration::from_millis(5));
+    }
+
+    /// A rate so small that its interval saturates (it used to overflow the next slot's
+    /// sum and panic): the first slot is now, the next one never comes, and nothing wraps.
+    #[tokio::test]
+    async fn a_vanishing_rate_makes_far_slots_without_overflow() {
+        for rate in [1e-10, 1e-300] {
+            let pacer = Pacer::new(Some(rate));
+            tokio::time::timeout(Duration::from_millis(100), pacer.wait())
+                .await
+                .expect("the first slot is now");
+            for _ in 0..3 {
+                let later = tokio::time::timeout(Duration::from_millis(20), pacer.wait()).await;
+                assert!(later.is_err(), "rate {rate}: a slot came at once");
+            }
+        }
     }
 }

@@ -398,7 +398,12 @@ async fn play(
                 else {
                     continue;
                 };
-                shared.pacer.wait().await;
+                // A slot past the deadline (a low --rate over many games) is not waited
+                // for: the table stops with the clock, like every other.
+                tokio::select! {
+                    () = shared.pacer.wait() => {}
+                    () = sleep_until(deadline) => return Played::Stopped,
+                }
                 if Instant::now() >= deadline {
                     return Played::Stopped;
                 }
