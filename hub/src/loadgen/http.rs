@@ -88,11 +88,19 @@ fn causes(e: &dyn std::error::Error) -> String {
 impl HubClient {
     /// `base` is the hub's URL, e.g. `http://127.0.0.1:8080`.
     pub fn new(base: &str) -> Result<HubClient, CallError> {
-        let is_http = reqwest::Url::parse(base)
-            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-        if !is_http {
+        let url = reqwest::Url::parse(base)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        let Some(url) = url else {
             return Err(CallError::Transport(format!(
                 "`{base}` is not an http:// or https:// URL (e.g. http://127.0.0.1:8080)"
+            )));
+        };
+        // Every call appends its own path to the base, so a path, query or fragment in it
+        // would land in the middle of each one (`…?x=1/metrics`) and fail far from here.
+        if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
+            return Err(CallError::Transport(format!(
+                "`{base}` is not a hub's base URL: give its scheme, host and port only, without a path, query or fragment (e.g. http://127.0.0.1:8080)"
             )));
         }
         let client = reqwest::Client::builder()
@@ -287,6 +295,26 @@ mod tests {
                 Err(CallError::Transport(e)) => assert!(e.contains("http://"), "{bad}: {e}"),
                 Err(e) => panic!("{bad}: {e:?}"),
                 Ok(_) => panic!("{bad} was taken for a hub's URL"),
+            }
+        }
+        // A hub's URL with more than its origin: said so up front, rather than a /metrics
+        // without the hub's figures at the first call.
+        for bad in [
+            "http://127.0.0.1:8080?x=1",
+            "http://127.0.0.1:8080/?x=1",
+            "http://127.0.0.1:8080#top",
+            "http://127.0.0.1:8080/v1",
+            "https://h.example/hub/",
+        ] {
+            match HubClient::new(bad) {
+                Err(CallError::Transport(e)) => {
+                    assert!(
+                        e.contains("without a path, query or fragment"),
+                        "{bad}: {e}"
+                    )
+                }
+                Err(e) => panic!("{bad}: {e:?}"),
+                Ok(_) => panic!("{bad} was taken for a hub's base URL"),
             }
         }
     }
