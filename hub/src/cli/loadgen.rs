@@ -3,10 +3,11 @@
 //! in [`crate::loadgen`]; this module only reads flags and prints the report).
 //!
 //! Exit codes: 0 when the run completed; 1 when the hub's limits refused part of it or no
-//! move was accepted (the figures would not describe the hub); 2 when it could not start
-//! (bad flags, an unreachable hub, too few file descriptors).
+//! move was accepted (the figures would not describe the hub), said on stderr; 2 when it
+//! could not start (bad flags, an unreachable hub, too few file descriptors).
 
 use crate::loadgen::{self, Config, LoadgenError, Outcome};
+use std::fmt::Write as _;
 use std::time::Duration;
 
 /// Arguments of `pipehub loadgen`.
@@ -88,10 +89,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string(&outcome.report)?);
     } else {
-        print_plain(&config, &outcome);
+        print!("{}", plain(&config, &outcome));
     }
     let advice = outcome.limit_advice();
-    for line in &advice {
+    let problems = outcome.problems();
+    for line in advice.iter().chain(&problems) {
         eprintln!("pipehub loadgen: {line}");
     }
     if let Some(e) = &outcome.first_error {
@@ -101,20 +103,29 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         || outcome.open_games_cap > 0
         || outcome.sockets_cap > 0
         || outcome.connections_cap > 0;
-    Ok(if limited || outcome.report.moves == 0 {
+    Ok(if limited || !problems.is_empty() {
         1
     } else {
         0
     })
 }
 
-fn print_plain(config: &Config, o: &Outcome) {
+/// The plain report, one figure a line; a figure with nothing measured is `n/a`.
+fn plain(config: &Config, o: &Outcome) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_plain(&mut out, config, o);
+    out
+}
+
+fn write_plain(out: &mut String, config: &Config, o: &Outcome) -> std::fmt::Result {
     let r = &o.report;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     // The memory an open game costs is divided among the games that were seated, which a
     // hub's limits can make fewer than asked for.
     let open = o.seated.max(1) as f64;
-    println!(
+    writeln!(
+        out,
         "{} games of {} ({}), {:.1} s{}{}",
         r.games,
         config.protocol,
@@ -133,46 +144,113 @@ fn print_plain(config: &Config, o: &Outcome) {
         } else {
             String::new()
         }
-    );
-    println!("moves     {} accepted, {:.1}/s", r.moves, r.moves_per_s);
+    )?;
+    writeln!(
+        out,
+        "moves     {} accepted, {:.1}/s",
+        r.moves, r.moves_per_s
+    )?;
     let l = &r.latency_ms;
-    println!(
-        "latency   move -> opponent's game.state: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
-        l.p50, l.p90, l.p99, l.max
-    );
-    println!("refused   {}", r.refused);
-    println!("errors    {}", r.errors);
-    let per_move = |cpu: f64| cpu * 1e6 / r.moves.max(1) as f64;
+    let ms = |v: Option<f64>| v.map_or("n/a".into(), |v| format!("{v:.3} ms"));
+    writeln!(
+        out,
+        "latency   move -> opponent's game.state: p50 {}, p90 {}, p99 {}, max {}",
+        ms(l.p50),
+        ms(l.p90),
+        ms(l.p99),
+        ms(l.max)
+    )?;
+    writeln!(out, "refused   {}", r.refused)?;
+    writeln!(out, "errors    {}", r.errors)?;
+    // No move, no cost a move: dividing by one instead would make one up.
+    let per_move = |cpu: f64| match r.moves {
+        0 => "n/a a move".to_string(),
+        n => format!("{:.1} µs a move", cpu * 1e6 / n as f64),
+    };
     match (r.cpu_s.hub, r.cpu_s.loadgen) {
-        (Some(hub), Some(own)) => println!(
-            "cpu       hub {hub:.1} s ({:.1} µs a move), load generator {own:.1} s ({:.1} µs a move), while the clock ran",
+        (Some(hub), Some(own)) => writeln!(
+            out,
+            "cpu       hub {hub:.1} s ({}), load generator {own:.1} s ({}), while the clock ran",
             per_move(hub),
             per_move(own)
-        ),
-        (None, Some(own)) => println!(
-            "cpu       load generator {own:.1} s ({:.1} µs a move) while the clock ran; the hub's is not in its /metrics",
+        )?,
+        (None, Some(own)) => writeln!(
+            out,
+            "cpu       load generator {own:.1} s ({}) while the clock ran; the hub's is not in its /metrics",
             per_move(own)
-        ),
+        )?,
         _ => {}
     }
     if let Some(steal) = r.machine_steal_s {
-        println!("steal     {steal:.2} CPU s taken from this machine by its hypervisor while the clock ran");
+        writeln!(
+            out,
+            "steal     {steal:.2} CPU s taken from this machine by its hypervisor while the clock ran"
+        )?;
     }
     match (r.hub_rss_bytes, o.rss_before) {
-        (Some(end), Some(before)) => println!(
+        (Some(end), Some(before)) => writeln!(
+            out,
             "hub rss   {:.1} MiB with the games open ({:.1} MiB before; {:.1} KiB more per open game)",
             mib(end),
             mib(before),
             (end.saturating_sub(before)) as f64 / 1024.0 / open
-        ),
-        (Some(end), None) => println!("hub rss   {:.1} MiB with the games open", mib(end)),
-        _ => println!("hub rss   unknown"),
+        )?,
+        (Some(end), None) => writeln!(out, "hub rss   {:.1} MiB with the games open", mib(end))?,
+        _ => writeln!(out, "hub rss   unknown")?,
     }
     if let (Some(seated), Some(before)) = (r.hub_rss_seated_bytes, o.rss_before) {
-        println!(
+        writeln!(
+            out,
             "          {:.1} MiB once the games were seated, before any move ({:.1} KiB more per open game)",
             mib(seated),
             (seated.saturating_sub(before)) as f64 / 1024.0 / open
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loadgen::CpuSeconds;
+
+    fn config() -> Config {
+        Config {
+            hub: "http://127.0.0.1:8080".into(),
+            games: 2,
+            duration: Duration::from_secs(1),
+            rate: None,
+            protocol: "pipehub:tic-tac-toe".into(),
+            signed: false,
+        }
+    }
+
+    /// A run without a move shows no latency and no CPU a move (it showed 0.000 ms, and
+    /// the CPU divided by one move), while the figures it did read stay.
+    #[test]
+    fn figures_with_nothing_measured_are_not_made_up() {
+        let mut o = Outcome::example(0);
+        o.report.cpu_s = CpuSeconds {
+            hub: Some(0.0035),
+            loadgen: Some(0.01),
+        };
+        let text = plain(&config(), &o);
+        assert!(
+            text.contains("p50 n/a, p90 n/a, p99 n/a, max n/a"),
+            "{text}"
         );
+        assert!(text.contains("hub 0.0 s (n/a a move)"), "{text}");
+        assert!(
+            !text.contains("µs a move") && !text.contains("0.000 ms"),
+            "{text}"
+        );
+
+        let mut o = Outcome::example(1000);
+        o.report.latency_ms.p50 = Some(1.5);
+        o.report.cpu_s.hub = Some(0.1);
+        o.report.cpu_s.loadgen = Some(0.05);
+        let text = plain(&config(), &o);
+        assert!(text.contains("p50 1.500 ms, p90 n/a"), "{text}");
+        assert!(text.contains("hub 0.1 s (100.0 µs a move)"), "{text}");
     }
 }

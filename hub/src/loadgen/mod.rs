@@ -302,6 +302,46 @@ fn check_fd_limit(games: usize) -> Result<(), LoadgenError> {
 }
 
 impl Outcome {
+    /// Why the figures do not describe the hub, each said in a sentence for stderr; a run
+    /// with any of these does not pass (exit 1) even when its figures are printed.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.report.moves == 0 {
+            problems.push(
+                "no move was accepted while the clock ran, so there is no rate or latency to report"
+                    .into(),
+            );
+        }
+        problems
+    }
+
+    /// A run of two games, both seated, that the hub's limits did not touch.
+    #[cfg(test)]
+    pub(crate) fn example(moves: u64) -> Outcome {
+        Outcome {
+            report: Report {
+                games: 2,
+                duration_s: 1.0,
+                moves,
+                moves_per_s: moves as f64,
+                refused: 0,
+                errors: 0,
+                latency_ms: Percentiles::default(),
+                hub_rss_bytes: Some(1 << 20),
+                hub_rss_seated_bytes: Some(1 << 20),
+                machine_steal_s: None,
+                cpu_s: CpuSeconds::default(),
+            },
+            seated: 2,
+            rss_before: None,
+            rate_limited: 0,
+            open_games_cap: 0,
+            sockets_cap: 0,
+            connections_cap: 0,
+            first_error: None,
+        }
+    }
+
     /// Plain advice when the hub's own limits refused the run, naming the flag to raise.
     pub fn limit_advice(&self) -> Vec<String> {
         let mut advice = Vec::new();
@@ -376,32 +416,28 @@ mod tests {
         assert!(check_rate(MIN_RATE).is_ok() && check_rate(5000.0).is_ok());
     }
 
+    /// A run that measured nothing says so, which is why it does not pass.
+    #[test]
+    fn a_run_without_a_move_names_that_as_its_problem() {
+        assert!(Outcome::example(10).problems().is_empty());
+        let problems = Outcome::example(0).problems().join("\n");
+        assert!(problems.contains("no move was accepted"), "{problems}");
+    }
+
     #[test]
     fn each_limit_of_the_hub_that_refused_the_run_is_named_with_its_flag() {
-        let outcome = |rate_limited, open_games_cap, sockets_cap, connections_cap| Outcome {
-            report: Report {
-                games: 300,
-                duration_s: 1.0,
-                moves: 10,
-                moves_per_s: 10.0,
-                refused: 0,
-                errors: 0,
-                latency_ms: Percentiles::default(),
-                hub_rss_bytes: None,
-                hub_rss_seated_bytes: None,
-                machine_steal_s: None,
-                cpu_s: CpuSeconds::default(),
-            },
-            seated: 300,
-            rss_before: None,
-            rate_limited,
-            open_games_cap,
-            sockets_cap,
-            connections_cap,
-            first_error: None,
+        let refused = |rate_limited, open_games_cap, sockets_cap, connections_cap| {
+            let mut o = Outcome::example(10);
+            o.report.games = 300;
+            o.seated = 300;
+            o.rate_limited = rate_limited;
+            o.open_games_cap = open_games_cap;
+            o.sockets_cap = sockets_cap;
+            o.connections_cap = connections_cap;
+            o
         };
-        assert!(outcome(0, 0, 0, 0).limit_advice().is_empty());
-        let advice = outcome(1, 2, 3, 4).limit_advice().join("\n");
+        assert!(refused(0, 0, 0, 0).limit_advice().is_empty());
+        let advice = refused(1, 2, 3, 4).limit_advice().join("\n");
         let connections = format!(
             "--max-connections-per-address` to at least {}",
             600 + http::MAX_IN_FLIGHT

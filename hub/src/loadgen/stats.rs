@@ -42,13 +42,14 @@ pub struct Stats {
     first_error: Mutex<Option<String>>,
 }
 
-/// Latency percentiles in milliseconds.
+/// Latency percentiles in milliseconds; each `None` (`null` in JSON) when no move was
+/// measured, since a latency of 0 ms would be a figure nobody saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Percentiles {
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+    pub max: Option<f64>,
 }
 
 impl Stats {
@@ -106,7 +107,7 @@ impl Stats {
         if h.is_empty() {
             return Percentiles::default();
         }
-        let ms = |us: u64| us as f64 / 1000.0;
+        let ms = |us: u64| Some(us as f64 / 1000.0);
         Percentiles {
             p50: ms(h.value_at_quantile(0.50)),
             p90: ms(h.value_at_quantile(0.90)),
@@ -200,9 +201,22 @@ mod tests {
         }
         let p = stats.percentiles();
         assert_eq!(Stats::get(&stats.moves), 100);
-        assert!((p.p50 - 50.0).abs() < 0.1, "{p:?}");
-        assert!((p.p99 - 99.0).abs() < 0.1, "{p:?}");
-        assert!((p.max - 100.0).abs() < 0.1, "{p:?}");
+        let near = |got: Option<f64>, want: f64| got.is_some_and(|g| (g - want).abs() < 0.1);
+        assert!(near(p.p50, 50.0), "{p:?}");
+        assert!(near(p.p99, 99.0), "{p:?}");
+        assert!(near(p.max, 100.0), "{p:?}");
+    }
+
+    /// No move measured, no latency: null in JSON rather than a made-up 0 ms.
+    #[test]
+    fn percentiles_of_no_move_are_absent() {
+        let p = Stats::new().percentiles();
+        assert_eq!(p, Percentiles::default());
+        let json = serde_json::to_value(p).expect("serializable");
+        assert_eq!(
+            json,
+            serde_json::json!({"p50": null, "p90": null, "p99": null, "max": null})
+        );
     }
 
     #[test]
