@@ -3,7 +3,7 @@
 //! They are smoke tests of the load generator, not benchmarks: nothing here is timed
 //! beyond the bounds every run must stop within.
 
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pipehub_tests::{metric_sum, pipehub_bin, Client, Hub};
@@ -19,29 +19,54 @@ const HUB_FLAGS: &[&str] = &[
     "1000",
 ];
 
+/// A `pipehub loadgen --hub HUB ARGS --json` running in the background, its report and its
+/// standard error going to files.
+struct Run {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn start(hub: &Hub, args: &[&str]) -> Run {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = |name: &str| std::fs::File::create(dir.path().join(name)).expect("a file");
+        let child = Command::new(pipehub_bin())
+            .arg("loadgen")
+            .args(["--hub", &hub.base])
+            .args(args)
+            .arg("--json")
+            .stdin(Stdio::null())
+            .stdout(file("report.json"))
+            .stderr(file("stderr.txt"))
+            .spawn()
+            .expect("pipehub loadgen starts");
+        Run { child, dir }
+    }
+
+    /// Waits for the run to end, at most `within` (then kills it and fails); returns its
+    /// exit code, report and standard error (which is also echoed, for a failing test).
+    fn finish(mut self, within: Duration) -> (i32, Value, String) {
+        let status = pipehub_tests::wait_within(&mut self.child, within);
+        let read = |name: &str| {
+            std::fs::read_to_string(self.dir.path().join(name)).expect("a readable file")
+        };
+        let err = read("stderr.txt");
+        eprint!("{err}");
+        let Some(status) = status else {
+            panic!("pipehub loadgen ran longer than {within:?}");
+        };
+        let text = read("report.json");
+        let report = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {text:?}"));
+        (status.code().unwrap_or(-1), report, err)
+    }
+}
+
 /// Runs `pipehub loadgen --hub HUB ARGS --json` and returns its exit code and report; kills
 /// it after `within`.
 fn loadgen(hub: &Hub, args: &[&str], within: Duration) -> (i32, Value) {
-    let out_dir = tempfile::tempdir().expect("a temporary directory");
-    let out_path = out_dir.path().join("report.json");
-    let out = std::fs::File::create(&out_path).expect("the report file");
-    let mut child = Command::new(pipehub_bin())
-        .arg("loadgen")
-        .args(["--hub", &hub.base])
-        .args(args)
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("pipehub loadgen starts");
-    let Some(status) = pipehub_tests::wait_within(&mut child, within) else {
-        panic!("pipehub loadgen ran longer than {within:?}");
-    };
-    let text = std::fs::read_to_string(&out_path).expect("the report is readable");
-    let report = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("the report is not JSON ({e}): {text:?}"));
-    (status.code().unwrap_or(-1), report)
+    let (code, report, _) = Run::start(hub, args).finish(within);
+    (code, report)
 }
 
 /// One metric's value from the hub's `/metrics`, summed over its labels.
@@ -121,6 +146,21 @@ fn a_move_the_pacer_holds_back_is_not_counted_as_stalled() {
         (6..=10).contains(&moves),
         "about one move a second: {report}"
     );
+}
+
+/// A hub killed in the middle of a run fails the run (exit 1) and says so, although the
+/// report is still printed: its figures cover only the part of the run the hub was there.
+#[test]
+fn a_hub_that_dies_mid_run_fails_the_run() {
+    let mut hub = Hub::start(HUB_FLAGS);
+    let run = Run::start(&hub, &["--games", "4", "--duration", "6"]);
+    // Seating four games takes well under a second here; the clock then runs for 6 s.
+    std::thread::sleep(Duration::from_secs(3));
+    hub.kill9();
+    let (code, report, err) = run.finish(Duration::from_secs(60));
+    assert_eq!(code, 1, "report: {report}");
+    assert!(err.contains("the hub went away"), "{err}");
+    assert!(report["hub_rss_bytes"].is_null(), "{report}");
 }
 
 /// A flag out of range is a usage error (exit 2) that names the flag, before any

@@ -2,9 +2,10 @@
 //! [--protocol REF] [--signed] [--json]`: a benchmark client for a running hub (the work is
 //! in [`crate::loadgen`]; this module only reads flags and prints the report).
 //!
-//! Exit codes: 0 when the run completed; 1 when the hub's limits refused part of it or no
-//! move was accepted (the figures would not describe the hub), said on stderr; 2 when it
-//! could not start (bad flags, an unreachable hub, too few file descriptors).
+//! Exit codes: 0 when the run completed; 1 when the hub's limits refused part of it, no
+//! move was accepted, or the hub went away before the end (the figures would not describe
+//! the hub), each said on stderr; 2 when it could not start (bad flags, an unreachable hub,
+//! too few file descriptors).
 
 use crate::loadgen::{self, Config, LoadgenError, Outcome};
 use std::fmt::Write as _;

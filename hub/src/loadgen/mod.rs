@@ -125,6 +125,11 @@ pub struct Outcome {
     pub sockets_cap: u64,
     pub connections_cap: u64,
     pub first_error: Option<String>,
+    /// Why the hub's figures could not be read at the end of the run (the hub went away,
+    /// or stopped answering), if they could not.
+    pub hub_gone: Option<String>,
+    /// Seconds from the start of the clock to the latest move counted, if any.
+    pub last_move_s: Option<f64>,
 }
 
 /// A run that could not start.
@@ -228,13 +233,19 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         .map(|(before, after)| ((after - before).max(0.0) * 100.0).round() / 100.0);
 
     // Hold: the games are still open; read the hub's memory, then release them.
-    let end_process = match shared.http.process().await {
-        Ok(p) => Some(p),
+    // A hub that does not answer here went away during the run (or stopped answering):
+    // its figures then cover only part of the run, which `Outcome::problems` says.
+    let (end_process, hub_gone) = match shared.http.process().await {
+        Ok(p) => (Some(p), None),
         Err(e) => {
             shared.stats.error(|| format!("reading /metrics: {e}"));
-            None
+            (None, Some(e.to_string()))
         }
     };
+    let last_move_s = shared
+        .stats
+        .last_move_at()
+        .map(|at| at.saturating_duration_since(start).as_secs_f64());
     let hub_rss_bytes = end_process.map(|p| p.rss_bytes);
     let hub_cpu = seated_process
         .and_then(|p| p.cpu_s)
@@ -271,6 +282,8 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         sockets_cap: Stats::get(&stats.sockets_cap),
         connections_cap: Stats::get(&stats.connections_cap),
         first_error: stats.first_error(),
+        hub_gone,
+        last_move_s,
     })
 }
 
@@ -306,6 +319,18 @@ impl Outcome {
     /// with any of these does not pass (exit 1) even when its figures are printed.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if let Some(why) = &self.hub_gone {
+            let last = match self.last_move_s {
+                Some(t) => format!(
+                    "the last move was accepted {t:.1} s into the {:.1} s run, so moves_per_s is not the hub's rate",
+                    self.report.duration_s
+                ),
+                None => "no move was accepted before".into(),
+            };
+            problems.push(format!(
+                "the hub went away or stopped answering: its /metrics could not be read at the end of the run ({why}); {last}"
+            ));
+        }
         if self.report.moves == 0 {
             problems.push(
                 "no move was accepted while the clock ran, so there is no rate or latency to report"
@@ -339,6 +364,8 @@ impl Outcome {
             sockets_cap: 0,
             connections_cap: 0,
             first_error: None,
+            hub_gone: None,
+            last_move_s: (moves > 0).then_some(0.9),
         }
     }
 
@@ -422,6 +449,20 @@ mod tests {
         assert!(Outcome::example(10).problems().is_empty());
         let problems = Outcome::example(0).problems().join("\n");
         assert!(problems.contains("no move was accepted"), "{problems}");
+    }
+
+    /// A hub that could not be read at the end fails the run, which says how long the hub
+    /// played.
+    #[test]
+    fn a_hub_gone_by_the_end_fails_the_run() {
+        let mut o = Outcome::example(3010);
+        o.report.duration_s = 8.0;
+        o.hub_gone = Some("connection refused".into());
+        o.last_move_s = Some(4.04);
+        let problems = o.problems().join("\n");
+        assert!(problems.contains("the hub went away"), "{problems}");
+        assert!(problems.contains("connection refused"), "{problems}");
+        assert!(problems.contains("4.0 s into the 8.0 s run"), "{problems}");
     }
 
     #[test]

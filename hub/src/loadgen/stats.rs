@@ -40,6 +40,11 @@ pub struct Stats {
     pub connections_cap: AtomicU64,
     latency: Mutex<Histogram<u64>>,
     first_error: Mutex<Option<String>>,
+    /// When the counters were made, the origin of `last_move_ns`.
+    origin: Instant,
+    /// When the latest move was counted, in nanoseconds from `origin` (0: none yet), so
+    /// that a run whose hub went away can say how long the hub was there.
+    last_move_ns: AtomicU64,
 }
 
 /// Latency percentiles in milliseconds; each `None` (`null` in JSON) when no move was
@@ -68,6 +73,8 @@ impl Stats {
             connections_cap: AtomicU64::new(0),
             latency: Mutex::new(histogram),
             first_error: Mutex::new(None),
+            origin: Instant::now(),
+            last_move_ns: AtomicU64::new(0),
         }
     }
 
@@ -78,6 +85,16 @@ impl Stats {
             .clamp(1, MAX_LATENCY_US);
         self.moves.fetch_add(1, Ordering::Relaxed);
         self.latency.lock().saturating_record(us);
+        let since = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_move_ns.fetch_max(since.max(1), Ordering::Relaxed);
+    }
+
+    /// When the latest move was counted, if any was.
+    pub fn last_move_at(&self) -> Option<Instant> {
+        match self.last_move_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => self.origin.checked_add(Duration::from_nanos(ns)),
+        }
     }
 
     /// Counts one error and keeps the first one's text for the report.
@@ -217,6 +234,15 @@ mod tests {
             json,
             serde_json::json!({"p50": null, "p90": null, "p99": null, "max": null})
         );
+    }
+
+    #[test]
+    fn the_latest_move_is_remembered() {
+        let stats = Stats::new();
+        assert_eq!(stats.last_move_at(), None);
+        stats.record_move(Duration::from_millis(1));
+        let at = stats.last_move_at().expect("a move was counted");
+        assert!(at > stats.origin && at <= Instant::now(), "{at:?}");
     }
 
     #[test]
