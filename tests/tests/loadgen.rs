@@ -148,6 +148,32 @@ fn a_move_the_pacer_holds_back_is_not_counted_as_stalled() {
     );
 }
 
+/// The games a run held open at its end are resigned once it has read the hub's memory:
+/// under the hub's default cap of 20 open games per person, a second run of 15 games
+/// seats them all (it seated 6 when the first run's 15 stayed open), and after both the
+/// address can open 20 games of its own.
+#[test]
+fn a_run_leaves_no_game_open() {
+    let hub = Hub::start(&["--rate-limit", "1000000/1"]);
+    for run in 1..=2 {
+        let (code, report) = loadgen(
+            &hub,
+            &["--games", "15", "--duration", "1"],
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, 0, "run {run}: {report}");
+        assert_eq!(report["errors"], 0, "run {run}: {report}");
+    }
+    // This address (the same loopback person) can still open the whole cap: the runs
+    // hold none of it.
+    let client = Client::new();
+    let body = serde_json::json!({"protocol": "pipehub:tic-tac-toe"});
+    for n in 1..=20 {
+        let created = client.post(&hub.url("/v1/inboxes/after/games"), None, &body);
+        assert_eq!(created.status, 201, "game {n} of 20: {}", created.body);
+    }
+}
+
 /// A hub killed in the middle of a run fails the run (exit 1) and says so, although the
 /// report is still printed: its figures cover only the part of the run the hub was there.
 #[test]

@@ -94,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     let advice = outcome.limit_advice();
     let problems = outcome.problems();
-    for line in advice.iter().chain(&problems) {
+    for line in advice.iter().chain(&problems).chain(&outcome.warnings()) {
         eprintln!("pipehub loadgen: {line}");
     }
     if let Some(e) = &outcome.first_error {

@@ -22,9 +22,10 @@ pub enum CallError {
     /// 429 `rate_limited`: the hub's per-person rate limit.
     #[error("rate_limited (retry after {retry_after_s} s)")]
     RateLimited { retry_after_s: u64 },
-    /// `too_many_games`: the hub's cap on open games per person.
+    /// `too_many_games`: the hub's cap on open games per person, and the cap when its
+    /// answer names it.
     #[error("too_many_games: {detail}")]
-    OpenGamesCap { detail: String },
+    OpenGamesCap { detail: String, cap: Option<u64> },
     /// Any other answer that is not a success.
     #[error("{status} {body}")]
     Refused { status: u16, body: String },
@@ -154,6 +155,31 @@ impl HubClient {
         })
     }
 
+    /// Resigns a game with X's token. A refereed refusal (422) counts as done: the only one
+    /// a resign meets is a game that had ended already, which is what was wanted.
+    pub async fn resign(&self, inbox: &str, game: &str, token: &str) -> Result<(), CallError> {
+        let _permit = self.in_flight.acquire().await;
+        let response = self
+            .client
+            .post(format!(
+                "{}/v1/inboxes/{inbox}/games/{game}/resign",
+                self.base
+            ))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| CallError::Transport(causes(&e)))?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) || status == 422 {
+            return Ok(());
+        }
+        let body = response.text().await.unwrap_or_default();
+        Err(CallError::Refused {
+            status,
+            body: body.chars().take(200).collect(),
+        })
+    }
+
     /// The hub's `process_resident_memory_bytes` from `/metrics`.
     pub async fn resident_memory(&self) -> Result<u64, CallError> {
         Ok(self.process().await?.rss_bytes)
@@ -215,15 +241,33 @@ impl HubClient {
             Some(e) if status == 429 || e.error == "rate_limited" => {
                 CallError::RateLimited { retry_after_s }
             }
-            Some(e) if e.error == "too_many_games" => CallError::OpenGamesCap {
-                detail: e.detail.map(|d| d.to_string()).unwrap_or_default(),
-            },
+            Some(e) if e.error == "too_many_games" => {
+                let detail = match e.detail {
+                    Some(Value::String(d)) => d,
+                    Some(d) => d.to_string(),
+                    None => String::new(),
+                };
+                CallError::OpenGamesCap {
+                    cap: open_games_cap(&detail),
+                    detail,
+                }
+            }
             _ => CallError::Refused {
                 status,
                 body: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
             },
         })
     }
+}
+
+/// The cap a `too_many_games` detail names ("at most 20 open games per person").
+fn open_games_cap(detail: &str) -> Option<u64> {
+    detail
+        .strip_prefix("at most ")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// What the hub's `/metrics` says of its process at one moment.
@@ -261,6 +305,16 @@ mod tests {
                     process_resident_memory_bytes 1.2345e7\n";
         assert_eq!(parse_rss(text), Some(12_345_000));
         assert_eq!(parse_rss("pipehub_x 1\n"), None);
+    }
+
+    /// The cap is read from the hub's own words for it, so a change to them shows here.
+    #[test]
+    fn the_open_games_cap_is_read_from_the_hubs_refusal() {
+        let detail = crate::game::HubError::TooManyGames(20)
+            .detail()
+            .expect("a detail");
+        assert_eq!(open_games_cap(&detail), Some(20));
+        assert_eq!(open_games_cap("too many"), None);
     }
 
     #[test]

@@ -8,23 +8,28 @@
 //! *Hold*: at the deadline the tables stop moving but keep their last games open while the
 //! hub's `/metrics` is read, so `hub_rss_bytes` is the hub's memory with G open games and
 //! 2G sockets (and whatever the games finished during the run left behind); then every
-//! socket is closed. The memory is also read once setup is done (`hub_rss_seated_bytes`):
+//! socket is closed and every game still open is resigned ([`open`]), since an open game
+//! counts against the hub's cap per person for good. The memory is also read once setup is
+//! done (`hub_rss_seated_bytes`):
 //! G open games and 2G sockets, and no history yet. The CPU each side uses while the clock
 //! runs is reported too (`cpu_s`: the hub's from its `/metrics`, this process's own), since
 //! hub and load generator usually share one machine. Every act is bounded, so a run ends by
-//! itself within setup + duration + a few seconds of grace, whatever the hub does.
+//! itself within setup + duration + some seconds of grace and of resigning, whatever the
+//! hub does.
 //!
 //! It is a benchmark client, not a test: it trusts the hub's answers except to count
 //! refusals and errors, and it does not verify chains.
 
 pub mod http;
 pub mod moves;
+pub mod open;
 pub mod stats;
 pub mod table;
 pub mod wire;
 
 use http::HubClient;
 use moves::Kind;
+use open::OpenGames;
 use serde::Serialize;
 use stats::{Pacer, Percentiles, Stats, MIN_RATE};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,6 +44,9 @@ use tokio::time::Instant;
 const MAX_CONNECTING: usize = 128;
 /// Time to close sockets at the end before the tables are abandoned.
 const GRACE: Duration = Duration::from_secs(5);
+/// Time to resign the games left open at the end, besides a millisecond a game (a hub
+/// resigns thousands a second).
+const RESIGN_TIME: Duration = Duration::from_secs(10);
 /// File descriptors the load generator needs besides its 2G sockets.
 const SPARE_FDS: u64 = 100;
 
@@ -130,6 +138,10 @@ pub struct Outcome {
     pub hub_gone: Option<String>,
     /// Seconds from the start of the clock to the latest move counted, if any.
     pub last_move_s: Option<f64>,
+    /// The open-games cap the hub named when it refused a game, if it did.
+    pub open_games_limit: Option<u64>,
+    /// This run's games that could not be resigned at its end, so stay open on the hub.
+    pub left_open: usize,
 }
 
 /// A run that could not start.
@@ -153,6 +165,8 @@ pub struct Shared {
     pub pacer: Pacer,
     pub connects: Semaphore,
     pub seated: AtomicUsize,
+    /// The games seated and not yet seen to end, resigned when the run is over.
+    pub open: OpenGames,
 }
 
 /// Runs the load and returns its figures.
@@ -186,6 +200,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         pacer: Pacer::new(config.rate),
         connects: Semaphore::new(MAX_CONNECTING),
         seated: AtomicUsize::new(0),
+        open: OpenGames::default(),
     });
 
     let (control, watcher) = watch::channel(Control::Setup);
@@ -205,6 +220,10 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         if shared.seated.load(Ordering::Relaxed) == 0 && failures >= 3 * config.games {
             let _ = control.send(Control::Release);
             tables.abort_all();
+            // No table seated a game, but one may have lost its sockets after seating.
+            let _ = (shared.open)
+                .resign_all(&shared.http, &shared.inbox, &shared.stats, GRACE)
+                .await;
             return Err(LoadgenError::Unreachable {
                 hub: config.hub.clone(),
                 detail: shared.stats.first_error().unwrap_or_default(),
@@ -255,6 +274,12 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
     let _ =
         tokio::time::timeout(GRACE, async { while tables.join_next().await.is_some() {} }).await;
     tables.abort_all();
+    // End: the games are resigned once their sockets are closed, so the hub does not send
+    // each resign's state to sockets nobody reads any more.
+    let resign_time = RESIGN_TIME + Duration::from_millis(config.games as u64);
+    let left_open = (shared.open)
+        .resign_all(&shared.http, &shared.inbox, &shared.stats, resign_time)
+        .await;
 
     let stats = &shared.stats;
     let moves = Stats::get(&stats.moves);
@@ -284,6 +309,8 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         first_error: stats.first_error(),
         hub_gone,
         last_move_s,
+        open_games_limit: Some(Stats::get(&stats.open_games_limit)).filter(|&cap| cap > 0),
+        left_open,
     })
 }
 
@@ -366,7 +393,53 @@ impl Outcome {
             first_error: None,
             hub_gone: None,
             last_move_s: (moves > 0).then_some(0.9),
+            open_games_limit: None,
+            left_open: 0,
         }
+    }
+
+    /// What the open-games cap did, and its cure. The cap counts every game open at this
+    /// client's address, so games left open there before the run (by an earlier run, or
+    /// another client on the same host) take places this run cannot have: when the hub
+    /// named its cap, the places the run could not seat are those.
+    fn open_games_advice(&self) -> String {
+        let games = self.report.games as u64;
+        let refused = format!(
+            "the hub refused to open {} games (each counted once, however often asked for again) for its cap on open games per person, which counts every game open at this address, not only this run's",
+            self.open_games_cap
+        );
+        let Some(cap) = self.open_games_limit else {
+            return format!(
+                "{refused}: end the games this address already holds, or raise `pipehub serve --max-open-games` to at least {games} and those games"
+            );
+        };
+        let held = if (self.seated as u64) < games {
+            cap.saturating_sub(self.seated as u64)
+        } else {
+            0
+        };
+        if held == 0 {
+            return format!(
+                "{refused}: its cap is {cap}; raise `pipehub serve --max-open-games` to at least {}",
+                games.max(cap + 1)
+            );
+        }
+        format!(
+            "{refused}: its cap is {cap}, and about {held} games were open at this address before the run (left by an earlier run, or by another client on this host): end them, or raise `pipehub serve --max-open-games` to at least {}",
+            games + held
+        )
+    }
+
+    /// What to know of a run that does not change what its figures are worth.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.left_open > 0 {
+            warnings.push(format!(
+                "{} of this run's games could not be resigned at its end and stay open on the hub, where they count against this address's open games (`pipehub serve --max-open-games`) until they are resigned",
+                self.left_open
+            ));
+        }
+        warnings
     }
 
     /// Plain advice when the hub's own limits refused the run, naming the flag to raise.
@@ -379,10 +452,7 @@ impl Outcome {
             ));
         }
         if self.open_games_cap > 0 {
-            advice.push(format!(
-                "the hub refused {} games for its open-games cap: raise `pipehub serve --max-open-games` to at least {}",
-                self.open_games_cap, self.report.games
-            ));
+            advice.push(self.open_games_advice());
         }
         if self.sockets_cap > 0 {
             advice.push(format!(
@@ -463,6 +533,51 @@ mod tests {
         assert!(problems.contains("the hub went away"), "{problems}");
         assert!(problems.contains("connection refused"), "{problems}");
         assert!(problems.contains("4.0 s into the 8.0 s run"), "{problems}");
+    }
+
+    /// The open-games advice counts games, names the cap and the games this address held
+    /// before the run, and asks for a cap that would have seated every table.
+    #[test]
+    fn the_open_games_advice_names_the_games_already_held() {
+        let mut o = Outcome::example(10);
+        o.report.games = 15;
+        o.seated = 8;
+        o.open_games_cap = 7;
+        o.open_games_limit = Some(20);
+        let advice = o.limit_advice().join("\n");
+        for said in [
+            "refused to open 7 games (each counted once",
+            "its cap is 20, and about 12 games were open at this address before the run",
+            "--max-open-games` to at least 27",
+            "only 8 of 15 games were seated",
+        ] {
+            assert!(advice.contains(said), "{said}: {advice}");
+        }
+        // A cap below the games asked for, and nothing else open: the cap is the cure.
+        o.report.games = 300;
+        o.seated = 20;
+        let advice = o.limit_advice().join("\n");
+        assert!(advice.contains("at least 300"), "{advice}");
+        assert!(!advice.contains("were open at this address"), "{advice}");
+        // A cap the hub did not name: the games already held are still named as a cause.
+        o.open_games_limit = None;
+        let advice = o.limit_advice().join("\n");
+        assert!(
+            advice.contains("end the games this address already holds"),
+            "{advice}"
+        );
+    }
+
+    #[test]
+    fn games_left_open_are_told() {
+        let mut o = Outcome::example(10);
+        assert!(o.warnings().is_empty());
+        o.left_open = 3;
+        let warnings = o.warnings().join("\n");
+        assert!(
+            warnings.contains("3 of this run's games could not be resigned"),
+            "{warnings}"
+        );
     }
 
     #[test]

@@ -31,8 +31,11 @@ pub struct Stats {
     pub errors: AtomicU64,
     /// Times the hub answered `rate_limited`, over HTTP or the socket.
     pub rate_limited: AtomicU64,
-    /// Times the hub refused to open a game because of its open-games cap.
+    /// Games the hub refused to open because of its open-games cap, each counted once
+    /// however often its table asked again.
     pub open_games_cap: AtomicU64,
+    /// The open-games cap the hub named in its refusals (0: none named).
+    pub open_games_limit: AtomicU64,
     /// Times the hub refused a WebSocket because this client held the most it may.
     pub sockets_cap: AtomicU64,
     /// Connections the hub closed as they opened, unanswered: its cap on connections per
@@ -69,6 +72,7 @@ impl Stats {
             errors: AtomicU64::new(0),
             rate_limited: AtomicU64::new(0),
             open_games_cap: AtomicU64::new(0),
+            open_games_limit: AtomicU64::new(0),
             sockets_cap: AtomicU64::new(0),
             connections_cap: AtomicU64::new(0),
             latency: Mutex::new(histogram),

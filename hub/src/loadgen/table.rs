@@ -10,7 +10,8 @@
 //! offered load a closed loop of G moves at most, capped by the shared [`Pacer`].
 //! A table never waits without a bound: a move whose state does not arrive within
 //! `STALL` is counted as an error and the table asks for the board again; three stalls
-//! in a row, or a broken socket, and it starts over with fresh sockets.
+//! in a row, or a broken socket, and it starts over with fresh sockets (the game it leaves
+//! stays noted as open, for the run to resign at its end).
 //!
 //! [`Pacer`]: super::stats::Pacer
 
@@ -56,7 +57,7 @@ pub enum Control {
     Setup,
     /// Play until the deadline, then hold the games open.
     Play { deadline: Instant },
-    /// Close the sockets and finish.
+    /// Close the sockets and finish (the run then resigns the games still open).
     Release,
 }
 
@@ -162,7 +163,10 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
         )
         .await
         {
-            Played::Ended => sockets = Some(socks),
+            Played::Ended => {
+                shared.open.ended(&seated.game);
+                sockets = Some(socks);
+            }
             Played::Stopped => {
                 sockets = Some(socks);
                 break;
@@ -170,7 +174,8 @@ pub async fn run(shared: Arc<Shared>, mut control: watch::Receiver<Control>) {
             Played::Broken => {}
         }
     }
-    // Hold the last games open until the hub's memory has been read.
+    // Hold the last games open until the hub's memory has been read; the run resigns
+    // them once every table has closed its sockets.
     let _ = control.wait_for(|c| *c == Control::Release).await;
     if let Some(socks) = sockets {
         for mut ws in socks {
@@ -205,8 +210,10 @@ async fn reading_while<T>(
     }
 }
 
-/// Seats a game, retrying (bounded by the run) when the hub refuses.
+/// Seats a game, retrying (bounded by the run) when the hub refuses, and notes it as open
+/// (the run resigns what is still open at its end).
 async fn seat(shared: &Shared, control: &watch::Receiver<Control>) -> Option<Seated> {
+    let mut capped = false;
     loop {
         if control.borrow().stopped() {
             return None;
@@ -216,13 +223,26 @@ async fn seat(shared: &Shared, control: &watch::Receiver<Control>) -> Option<Sea
             .seat_game(&shared.inbox, &shared.protocol, shared.signed)
             .await
         {
-            Ok(seated) => return Some(seated),
+            Ok(seated) => {
+                shared.open.seated(&seated);
+                return Some(seated);
+            }
             Err(CallError::RateLimited { retry_after_s }) => {
                 Stats::count(&shared.stats.rate_limited);
                 Duration::from_secs(retry_after_s.clamp(1, 5))
             }
-            Err(CallError::OpenGamesCap { .. }) => {
-                Stats::count(&shared.stats.open_games_cap);
+            Err(CallError::OpenGamesCap { cap, .. }) => {
+                // One game refused, however many times it is asked for again.
+                if !capped {
+                    capped = true;
+                    Stats::count(&shared.stats.open_games_cap);
+                }
+                if let Some(cap) = cap {
+                    shared
+                        .stats
+                        .open_games_limit
+                        .store(cap, std::sync::atomic::Ordering::Relaxed);
+                }
                 Duration::from_secs(1)
             }
             Err(e) => {
