@@ -140,8 +140,9 @@ pub struct Outcome {
     pub last_move_s: Option<f64>,
     /// The open-games cap the hub named when it refused a game, if it did.
     pub open_games_limit: Option<u64>,
-    /// This run's games that could not be resigned at its end, so stay open on the hub.
-    pub left_open: usize,
+    /// This run's games that could not be resigned at its end, so stay open on the hub,
+    /// and why the first could not.
+    pub left_open: open::Left,
 }
 
 /// A run that could not start.
@@ -222,7 +223,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
             tables.abort_all();
             // No table seated a game, but one may have lost its sockets after seating.
             let _ = (shared.open)
-                .resign_all(&shared.http, &shared.inbox, &shared.stats, GRACE)
+                .resign_all(&shared.http, &shared.inbox, GRACE)
                 .await;
             return Err(LoadgenError::Unreachable {
                 hub: config.hub.clone(),
@@ -278,7 +279,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
     // each resign's state to sockets nobody reads any more.
     let resign_time = RESIGN_TIME + Duration::from_millis(config.games as u64);
     let left_open = (shared.open)
-        .resign_all(&shared.http, &shared.inbox, &shared.stats, resign_time)
+        .resign_all(&shared.http, &shared.inbox, resign_time)
         .await;
 
     let stats = &shared.stats;
@@ -394,7 +395,7 @@ impl Outcome {
             hub_gone: None,
             last_move_s: (moves > 0).then_some(0.9),
             open_games_limit: None,
-            left_open: 0,
+            left_open: open::Left::default(),
         }
     }
 
@@ -433,10 +434,11 @@ impl Outcome {
     /// What to know of a run that does not change what its figures are worth.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        if self.left_open > 0 {
+        if self.left_open.games > 0 {
             warnings.push(format!(
-                "{} of this run's games could not be resigned at its end and stay open on the hub, where they count against this address's open games (`pipehub serve --max-open-games`) until they are resigned",
-                self.left_open
+                "{} of this run's games could not be resigned at its end ({}) and stay open on the hub, where they count against this address's open games (`pipehub serve --max-open-games`) until they are resigned",
+                self.left_open.games,
+                self.left_open.first_failure.as_deref().unwrap_or("no answer")
             ));
         }
         warnings
@@ -572,10 +574,15 @@ mod tests {
     fn games_left_open_are_told() {
         let mut o = Outcome::example(10);
         assert!(o.warnings().is_empty());
-        o.left_open = 3;
+        o.left_open = open::Left {
+            games: 3,
+            first_failure: Some("connection refused".into()),
+        };
         let warnings = o.warnings().join("\n");
         assert!(
-            warnings.contains("3 of this run's games could not be resigned"),
+            warnings.contains(
+                "3 of this run's games could not be resigned at its end (connection refused)"
+            ),
             "{warnings}"
         );
     }

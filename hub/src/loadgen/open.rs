@@ -12,7 +12,6 @@
 //! is counted and reported, not waited for.
 
 use super::http::{HubClient, Seated};
-use super::stats::Stats;
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -46,34 +45,45 @@ impl OpenGames {
         self.len() == 0
     }
 
-    /// Resigns every game still open, for at most `within`; the games left open after.
-    /// The first failure is kept in `stats` like any other error.
-    pub async fn resign_all(
-        &self,
-        http: &HubClient,
-        inbox: &str,
-        stats: &Stats,
-        within: Duration,
-    ) -> usize {
+    /// Resigns every game still open, for at most `within`. What it says is kept apart
+    /// from the run's errors, which count what happened while the clock ran.
+    pub async fn resign_all(&self, http: &HubClient, inbox: &str, within: Duration) -> Left {
         let games: Vec<(String, String)> = self
             .games
             .lock()
             .iter()
             .map(|(game, token)| (game.clone(), token.clone()))
             .collect();
+        let failure = Mutex::new(None);
+        let first_failure = &failure;
         // The client caps the requests in flight; this caps the futures waiting for it.
         let resigns = futures_util::stream::iter(games)
             .map(|(game, token)| async move {
                 match http.resign(inbox, &game, &token).await {
                     Ok(()) => self.ended(&game),
-                    Err(e) => stats.error(|| format!("resigning a game at the end: {e}")),
+                    Err(e) => {
+                        first_failure.lock().get_or_insert_with(|| e.to_string());
+                    }
                 }
             })
             .buffer_unordered(super::http::MAX_IN_FLIGHT)
             .for_each(|()| async {});
-        let _ = tokio::time::timeout(within, resigns).await;
-        self.len()
+        let in_time = tokio::time::timeout(within, resigns).await.is_ok();
+        let first_failure = failure.into_inner().or_else(|| {
+            (!in_time).then(|| format!("not all answered within {:.1} s", within.as_secs_f64()))
+        });
+        Left {
+            games: self.len(),
+            first_failure,
+        }
     }
+}
+
+/// The games still open after [`OpenGames::resign_all`], and why the first of them is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Left {
+    pub games: usize,
+    pub first_failure: Option<String>,
 }
 
 #[cfg(test)]
@@ -120,12 +130,12 @@ mod tests {
         for game in ["a", "b", "c"] {
             open.seated(&seated(game));
         }
-        let stats = Stats::new();
         let started = tokio::time::Instant::now();
         let left = open
-            .resign_all(&http, "inbox", &stats, Duration::from_millis(300))
+            .resign_all(&http, "inbox", Duration::from_millis(300))
             .await;
-        assert_eq!(left, 3);
+        assert_eq!(left.games, 3);
+        assert!(left.first_failure.is_some_and(|f| f.contains("within")));
         assert!(started.elapsed() < Duration::from_secs(3), "bounded");
         silent.abort();
     }
