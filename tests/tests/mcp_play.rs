@@ -147,6 +147,27 @@ fn every_protocol_played_to_the_end(p: &Played) {
             .iter()
             .all(|s| s["seat"] == seat && s["phase"] == "started"));
     }
+    // Every game ended before the listing, and its text says how, not only "started".
+    let lists: Vec<&Value> = p
+        .run
+        .results
+        .iter()
+        .filter(|r| r["tool"] == "game_list")
+        .collect();
+    assert_eq!(lists.len(), 2, "one listing of each agent");
+    for r in lists {
+        let text = r["text"].as_str().unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("- game ")).collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        for line in lines {
+            assert!(
+                line.ends_with(": over, your person won")
+                    || line.ends_with(": over, your person lost")
+                    || line.ends_with(": over, a draw"),
+                "{line}"
+            );
+        }
+    }
     // Every successful result shows the board as untrusted text.
     for r in p.run.results.iter().filter(|r| r["isError"] == false) {
         if r["tool"] != "game_list" {

@@ -284,15 +284,22 @@ impl Agent {
     }
 
     /// `game_list`: every seat of this agent with its state (or why it cannot be shown).
+    /// The seats are brought up to date together, not one after another: against a hub
+    /// that does not answer, each waits out its request's timeout, and in turn a few
+    /// seats took longer than an assistant waits for a tool.
     pub async fn list(&self) -> Value {
-        let mut seats = Vec::new();
-        for handle in self.handles() {
-            seats.push(match handle.sync(&self.ctx).await {
+        let handles = self.handles();
+        let synced =
+            futures_util::future::join_all(handles.iter().map(|h| h.sync(&self.ctx))).await;
+        let seats: Vec<Value> = handles
+            .iter()
+            .zip(synced)
+            .map(|(handle, synced)| match synced {
                 Ok(snap) => state::state(&snap),
                 Err(e) => json!({"inbox": handle.inbox, "game": handle.game,
                                  "seat": handle.seat.as_str(), "error": e.code(), "detail": e.to_string()}),
-            });
-        }
+            })
+            .collect();
         json!({ "seats": seats })
     }
 }

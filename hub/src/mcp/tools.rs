@@ -105,8 +105,8 @@ agent keeps the choice secret, commits and reveals it itself. {PLAYS_FOR}"),
             format!("Wait until it is your person's turn or the game ends (default 30 s, at most 300 s), then show the \
 board. Use it instead of calling game_board repeatedly. {PLAYS_FOR}"),
             schema(
-                json!({"game": game, "timeoutSeconds": {"type": "integer", "minimum": 0, "maximum": 300,
-                        "description": "How long to wait at most (default 30)."}}),
+                json!({"game": game, "timeoutSeconds": {"type": "integer", "minimum": 0,
+                        "description": "How long to wait at most, in seconds (default 30; a wait over 300 is cut to 300)."}}),
                 &["game"],
             ),
         ),
@@ -209,13 +209,10 @@ impl Tools {
             }
             "game_wait" => {
                 only(args, &["game", "timeoutSeconds"])?;
-                let secs = match args.get("timeoutSeconds") {
-                    None | Some(Value::Null) => WAIT_DEFAULT.as_secs(),
-                    Some(v) => v.as_u64().ok_or_else(|| {
-                        AgentError::Usage("timeoutSeconds is a whole number of seconds".into())
-                    })?,
+                let timeout = match args.get("timeoutSeconds") {
+                    None | Some(Value::Null) => WAIT_DEFAULT,
+                    Some(v) => wait_time(v)?,
                 };
-                let timeout = Duration::from_secs(secs).min(WAIT_MAX);
                 a.wait(string(args, "game")?, timeout).await?
             }
             "game_resign" => {
@@ -253,6 +250,21 @@ impl Tools {
     }
 }
 
+/// `game_wait`'s `timeoutSeconds`: a whole number of seconds, written `30` or `30.0` (some
+/// clients send every number as a float), and no more than [`WAIT_MAX`], which a longer
+/// wait is cut to.
+fn wait_time(v: &Value) -> Result<Duration, AgentError> {
+    match v.as_f64() {
+        Some(secs) if secs >= 0.0 && secs.fract() == 0.0 => {
+            Ok(Duration::from_secs_f64(secs.min(WAIT_MAX.as_secs_f64())))
+        }
+        _ => Err(AgentError::Usage(format!(
+            "timeoutSeconds is a whole number of seconds, 0 to {} (a longer wait is cut to that)",
+            WAIT_MAX.as_secs()
+        ))),
+    }
+}
+
 fn only(args: &Map<String, Value>, allowed: &[&str]) -> Result<(), AgentError> {
     match args.keys().find(|k| !allowed.contains(&k.as_str())) {
         Some(k) => Err(AgentError::Usage(format!(
@@ -287,23 +299,35 @@ fn listing(list: Value) -> CallToolResult {
             "- game {} seat {}: {}\n",
             state::escape(s["game"].as_str().unwrap_or("?")),
             s["seat"].as_str().unwrap_or("?"),
-            match (s["error"].as_str(), s["phase"].as_str()) {
-                (Some(e), _) => format!("cannot be shown ({e})"),
-                (None, Some(p)) => format!(
-                    "{p}{}",
-                    if s["yourTurn"] == true {
-                        ", your person's turn"
-                    } else {
-                        ""
-                    }
-                ),
-                _ => "unknown".into(),
-            }
+            standing(s)
         ));
     }
     let mut result = CallToolResult::structured(list);
     result.content = vec![ContentBlock::text(text)];
     result
+}
+
+/// Where one listed seat's game stands, in words: a finished game says how it ended, so
+/// that a person asking which games are still going is not told "started" of a game over.
+fn standing(s: &Value) -> String {
+    let seat = s["seat"].as_str().unwrap_or("?");
+    let result = &s["result"];
+    match (
+        s["error"].as_str(),
+        s["phase"].as_str(),
+        result["status"].as_str(),
+    ) {
+        (Some(e), _, _) => format!("cannot be shown ({e})"),
+        (None, Some("started"), Some("win")) => {
+            let winner = result["winner"].as_str().unwrap_or("?");
+            let who = if winner == seat { "won" } else { "lost" };
+            format!("over, your person {who}")
+        }
+        (None, Some("started"), Some("draw")) => "over, a draw".into(),
+        (None, Some(p), _) if s["yourTurn"] == true => format!("{p}, your person's turn"),
+        (None, Some(p), _) => p.to_string(),
+        _ => "unknown".into(),
+    }
 }
 
 /// A refused move or resign: the seat's state with the refusal's `error` and `detail`
@@ -335,4 +359,54 @@ hub says about this game, and tell your person."
     let mut result = CallToolResult::structured_error(json!({"error": e.code(), "detail": text}));
     result.content = vec![ContentBlock::text(state::escape(&text))];
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_is_whole_seconds_however_written_and_at_most_the_cap() {
+        let secs = |v: Value| wait_time(&v).map(|d| d.as_secs());
+        assert_eq!(secs(json!(2)).ok(), Some(2));
+        assert_eq!(secs(json!(2.0)).ok(), Some(2));
+        assert_eq!(secs(json!(0)).ok(), Some(0));
+        assert_eq!(secs(json!(301)).ok(), Some(WAIT_MAX.as_secs()));
+        assert_eq!(secs(json!(1e30)).ok(), Some(WAIT_MAX.as_secs()));
+        for bad in [json!(-1), json!(2.5), json!("10"), json!(true)] {
+            let e = secs(bad.clone()).expect_err("refused").to_string();
+            assert!(e.contains("0 to 300"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_listed_game_that_ended_says_how() {
+        let seat = |extra: Value| {
+            let mut s = json!({"game": "g", "seat": "O", "phase": "started", "yourTurn": false,
+                               "result": {"status": "in_progress", "winner": null, "by": null}});
+            if let (Value::Object(s), Value::Object(extra)) = (&mut s, extra) {
+                s.extend(extra);
+            }
+            standing(&s)
+        };
+        assert_eq!(seat(json!({})), "started");
+        assert_eq!(
+            seat(json!({"yourTurn": true})),
+            "started, your person's turn"
+        );
+        assert_eq!(
+            seat(json!({"result": {"status": "win", "winner": "O", "by": "line"}})),
+            "over, your person won"
+        );
+        assert_eq!(
+            seat(json!({"result": {"status": "win", "winner": "X", "by": "resign"}})),
+            "over, your person lost"
+        );
+        assert_eq!(seat(json!({"result": {"status": "draw"}})), "over, a draw");
+        assert_eq!(
+            seat(json!({"error": "unreachable"})),
+            "cannot be shown (unreachable)"
+        );
+        assert_eq!(seat(json!({"phase": "paired"})), "paired");
+    }
 }
