@@ -17,7 +17,7 @@ use std::time::Duration;
 use games::Seat;
 use mcp_support::{drive, seat_files, unhex, Run};
 use pipehub_tests::{verify, Client, Hub};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 struct Played {
     hub: Hub,
@@ -231,3 +231,35 @@ fn assert_private(path: &std::path::Path, mode: u32) {
 
 #[cfg(not(unix))]
 fn assert_private(_path: &std::path::Path, _mode: u32) {}
+
+/// An agent holds one seat per game: its own pairing code, as typed by a person (in lower
+/// case too), is refused before it is redeemed, and the code stays good for the opponent.
+#[test]
+fn an_agent_refuses_to_join_with_its_own_pairing_code() {
+    let hub = Hub::start(&[]);
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let mut x = mcp_support::Agent::start(
+        &hub.base,
+        &work.path().join("x"),
+        &work.path().join("x.log"),
+    );
+    let created = x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    let code = created["pairingCode"].as_str().expect("a code");
+    for typed in [code.to_string(), code.to_lowercase()] {
+        let joined = x.call("game_join", json!({"code": typed}));
+        assert_eq!(joined["isError"], true, "{joined}");
+        let text = joined["text"].as_str().unwrap_or_default();
+        assert!(text.contains("this agent's own"), "{text}");
+    }
+    let listed = x.ok("game_list", json!({}));
+    let seats = listed["seats"].as_array().cloned().unwrap_or_default();
+    assert_eq!(seats.len(), 1, "{listed}");
+    assert_eq!(seats[0]["seat"], "X");
+    let paired =
+        pipehub_tests::Client::new().post(&hub.url("/v1/pair"), None, &json!({"code": code}));
+    assert_eq!(
+        paired.status, 200,
+        "the code is still good: {}",
+        paired.body
+    );
+}

@@ -7,6 +7,12 @@
 //! an event. Through an honest proxy the agent shows the board; through a lying one,
 //! `game_board` is an error result that says verification failed and carries no board.
 //!
+//! The other tests drive one agent straight over MCP (`mcp_support::Agent`) against an
+//! opponent seated over HTTP, and change the proxy's lie between two calls: a log whose
+//! end is rolled back, a move answered "accepted" and never written, a game registered
+//! with another protocol or rules than asked, and an owed reveal refused for a while by a
+//! rate limit (which the agent must retry by itself).
+//!
 //! The proxy answers one request per connection; a WebSocket upgrade is passed through
 //! byte for byte, so the agents play through it as they would against the hub itself (an
 //! agent keeps its seats per hub URL: it never sends a token to another address).
@@ -15,26 +21,41 @@ mod mcp_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcp_support::drive;
+use mcp_support::{drive, Agent};
 use pipehub_tests::Hub;
 use serde_json::{json, Value};
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Lie {
     None,
     EditMove,
     ForgeVerdict,
     DropEvent,
+    /// The listing leaves out its last capture: the log's end rolled back.
+    HideLast,
+    /// A posted event is answered 201 accepted and never reaches the hub.
+    SwallowPost,
+    /// A create request has these fields replaced (another protocol or rules).
+    CreateAs(Value),
+}
+
+/// What the proxy's connections share.
+struct Shared {
+    lie: Mutex<Lie>,
+    /// How many more posted events to refuse with 429 and `Retry-After: 1`.
+    refuse: AtomicUsize,
+    /// The hub's answer to the last create that went through.
+    created: Mutex<Value>,
 }
 
 /// A one-request-per-connection HTTP proxy that may rewrite capture listings.
 struct Proxy {
     base: String,
-    lie: Arc<Mutex<Lie>>,
+    shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -44,17 +65,20 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         listener.set_nonblocking(true).expect("non-blocking accept");
         let base = format!("http://{}", listener.local_addr().expect("an address"));
-        let lie = Arc::new(Mutex::new(Lie::None));
+        let shared = Arc::new(Shared {
+            lie: Mutex::new(Lie::None),
+            refuse: AtomicUsize::new(0),
+            created: Mutex::new(Value::Null),
+        });
         let stop = Arc::new(AtomicBool::new(false));
-        let (l, s, up) = (lie.clone(), stop.clone(), upstream.to_string());
+        let (l, s, up) = (shared.clone(), stop.clone(), upstream.to_string());
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
                         let (l, up) = (l.clone(), up.clone());
                         std::thread::spawn(move || {
-                            let lie = *l.lock().expect("the lie");
-                            let _ = serve(conn, &up, lie);
+                            let _ = serve(conn, &up, &l);
                         });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(20)),
@@ -63,14 +87,23 @@ impl Proxy {
         });
         Proxy {
             base,
-            lie,
+            shared,
             stop,
             thread: Some(thread),
         }
     }
 
     fn lie(&self, lie: Lie) {
-        *self.lie.lock().expect("the lie") = lie;
+        *self.shared.lie.lock().expect("the lie") = lie;
+    }
+
+    /// Refuses the next `n` posted events with 429 `rate_limited`.
+    fn refuse_posts(&self, n: usize) {
+        self.shared.refuse.store(n, Ordering::SeqCst);
+    }
+
+    fn created(&self) -> Value {
+        self.shared.created.lock().expect("created").clone()
     }
 }
 
@@ -83,7 +116,8 @@ impl Drop for Proxy {
     }
 }
 
-fn serve(conn: TcpStream, upstream: &str, lie: Lie) -> std::io::Result<()> {
+fn serve(conn: TcpStream, upstream: &str, shared: &Shared) -> std::io::Result<()> {
+    let lie = shared.lie.lock().expect("the lie").clone();
     conn.set_nonblocking(false)?;
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -118,16 +152,42 @@ fn serve(conn: TcpStream, upstream: &str, lie: Lie) -> std::io::Result<()> {
     }
     let mut body = vec![0u8; length];
     reader.read_exact(&mut body)?;
-    let (status, text) = forward(upstream, &method, &path, &headers, &body);
-    let text = if path.contains("/events?") && status == 200 {
-        rewrite(&text, lie)
+    let posted_event = method == "POST" && path.ends_with("/events");
+    let refused = posted_event
+        && shared
+            .refuse
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+    let (status, text, extra) = if refused {
+        let body = json!({"error": "rate_limited", "detail": "retry after 1 s"});
+        (429, body.to_string(), "retry-after: 1\r\n")
+    } else if posted_event && lie == Lie::SwallowPost {
+        (201, json!({"verdict": "accepted"}).to_string(), "")
     } else {
-        text
+        let created = method == "POST" && path.ends_with("/games");
+        if let (true, Lie::CreateAs(fields)) = (created, &lie) {
+            let mut asked: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            for (k, v) in fields.as_object().into_iter().flatten() {
+                asked[k] = v.clone();
+            }
+            body = asked.to_string().into_bytes();
+        }
+        let (status, text) = forward(upstream, &method, &path, &headers, &body);
+        if created && status == 201 {
+            *shared.created.lock().expect("created") =
+                serde_json::from_str(&text).unwrap_or(Value::Null);
+        }
+        let text = if path.contains("/events?") && status == 200 {
+            rewrite(&text, &lie)
+        } else {
+            text
+        };
+        (status, text, "")
     };
     let mut conn = conn;
     write!(
         conn,
-        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n{text}",
         text.len()
     )?;
     conn.flush()
@@ -187,7 +247,7 @@ fn forward(
 }
 
 /// The lie told about a game's captures.
-fn rewrite(text: &str, lie: Lie) -> String {
+fn rewrite(text: &str, lie: &Lie) -> String {
     let Ok(mut page) = serde_json::from_str::<Value>(text) else {
         return text.to_string();
     };
@@ -203,6 +263,9 @@ fn rewrite(text: &str, lie: Lie) -> String {
         (Lie::ForgeVerdict, Some(i)) => {
             items[i]["verdict"] = json!("rejected");
             items[i]["reason"] = json!("illegal_move");
+        }
+        (Lie::HideLast, _) => {
+            items.pop();
         }
         (Lie::DropEvent, Some(_)) => {
             let first = items.iter().position(|i| i["event"]["action"] == "move");
@@ -247,7 +310,7 @@ fn a_tampered_log_is_reported_as_a_verification_failure_not_shown() {
     assert_eq!(board["structuredContent"]["seq"], 2);
 
     for lie in [Lie::EditMove, Lie::ForgeVerdict, Lie::DropEvent] {
-        proxy.lie(lie);
+        proxy.lie(lie.clone());
         let dir = work.path().join(format!("{lie:?}"));
         std::fs::create_dir_all(&dir).expect("a directory");
         let run = drive("look", &proxy.base, &[&x], &dir, Duration::from_secs(120));
@@ -264,4 +327,236 @@ fn a_tampered_log_is_reported_as_a_verification_failure_not_shown() {
         let listed = &run.summary["list"]["structuredContent"]["seats"][0];
         assert_eq!(listed["error"], "verification_failed", "{lie:?}: {listed}");
     }
+}
+
+/// A hub, a proxy in front of it, and agent X on the proxy with a game of `protocol`
+/// (with `rules`) whose O is seated over HTTP, straight on the hub.
+struct Table {
+    hub: Hub,
+    proxy: Proxy,
+    work: tempfile::TempDir,
+    x: Agent,
+    game: String,
+    o: String,
+}
+
+impl Table {
+    fn new(protocol: &str, rules: Option<Value>) -> Table {
+        let hub = Hub::start(&[]);
+        let proxy = Proxy::start(&hub.base);
+        let work = tempfile::tempdir().expect("a temporary directory");
+        let mut x = Agent::start(
+            &proxy.base,
+            &work.path().join("x"),
+            &work.path().join("x.log"),
+        );
+        let mut args = json!({"protocol": protocol});
+        if let Some(r) = rules {
+            args["rules"] = r;
+        }
+        let created = x.ok("game_new", args);
+        let game = created["game"].as_str().expect("a game").to_string();
+        let o = pair(&hub, &created["pairingCode"]);
+        x.wait_turn(&game);
+        Table {
+            hub,
+            proxy,
+            work,
+            x,
+            game,
+            o,
+        }
+    }
+
+    /// The same agent, restarted on its state directory.
+    fn restart_x(&mut self, n: usize) {
+        let log = self.work.path().join(format!("x{n}.log"));
+        self.x = Agent::start(&self.proxy.base, &self.work.path().join("x"), &log);
+    }
+
+    /// O's move, posted over HTTP straight to the hub.
+    fn o_moves(&self, mv: Value) {
+        let path = format!("/v1/inboxes/default/games/{}/moves", self.game);
+        let r = pipehub_tests::Client::new().post(
+            &self.hub.url(&path),
+            Some(&self.o),
+            &json!({"move": mv}),
+        );
+        assert!(r.status < 300, "O's move: {} {}", r.status, r.body);
+    }
+
+    /// The captures of the game as the hub itself lists them.
+    fn events(&self) -> Vec<Value> {
+        events(&self.hub, &self.game)
+    }
+}
+
+fn events(hub: &Hub, game: &str) -> Vec<Value> {
+    let url = hub.url(&format!(
+        "/v1/inboxes/default/events?game={game}&limit=1000"
+    ));
+    let r = pipehub_tests::Client::new().get(&url);
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Seats O over HTTP with `code` (the hub holds O's key); O's token.
+fn pair(hub: &Hub, code: &Value) -> String {
+    let r = pipehub_tests::Client::new().post(&hub.url("/v1/pair"), None, &json!({"code": code}));
+    assert_eq!(r.status, 200, "pair: {}", r.body);
+    r.json()["token"].as_str().expect("a token").to_string()
+}
+
+/// Asserts a tool result is a failed verification whose text says `why`.
+fn assert_failed(result: &Value, why: &str) {
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(
+        result["structuredContent"]["error"], "verification_failed",
+        "{result}"
+    );
+    let text = result["text"].as_str().unwrap_or_default();
+    assert!(text.contains(why), "{why:?} not in {text}");
+    assert!(
+        !text.contains("untrusted-board"),
+        "no board is shown: {text}"
+    );
+}
+
+#[test]
+fn a_rolled_back_log_is_a_failure_and_no_second_event_is_signed_at_its_seq() {
+    let mut t = Table::new("pipehub:tic-tac-toe", None);
+    let game = t.game.clone();
+    let played = t.x.ok(
+        "game_move",
+        json!({"game": game, "move": {"row": 0, "col": 0}}),
+    );
+    assert_eq!(played["seq"], 1);
+
+    // The hub hides X's accepted move: the stale board must not pass for verified, and no
+    // second seq-1 event may be signed on it.
+    t.proxy.lie(Lie::HideLast);
+    assert_failed(
+        &t.x.call("game_board", json!({"game": game})),
+        "rolled the game back",
+    );
+    let again = t.x.call(
+        "game_move",
+        json!({"game": game, "move": {"row": 1, "col": 1}}),
+    );
+    assert_failed(&again, "rolled the game back");
+    // The agent remembers across a restart.
+    t.restart_x(1);
+    assert_failed(
+        &t.x.call("game_board", json!({"game": game})),
+        "rolled the game back",
+    );
+    let at_one: Vec<_> = t
+        .events()
+        .into_iter()
+        .filter(|i| i["event"]["seq"] == 1)
+        .collect();
+    assert_eq!(at_one.len(), 1, "one event at seq 1: {at_one:?}");
+
+    t.proxy.lie(Lie::None);
+    let board = t.x.ok("game_board", json!({"game": game}));
+    assert_eq!(board["seq"], 1);
+}
+
+#[test]
+fn a_move_answered_accepted_that_the_log_does_not_hold_is_a_failure() {
+    let mut t = Table::new("pipehub:tic-tac-toe", None);
+    let game = t.game.clone();
+    t.x.ok(
+        "game_move",
+        json!({"game": game, "move": {"row": 0, "col": 0}}),
+    );
+    t.o_moves(json!({"row": 2, "col": 2}));
+    t.x.wait_turn(&game);
+
+    t.proxy.lie(Lie::SwallowPost);
+    let swallowed = t.x.call(
+        "game_move",
+        json!({"game": game, "move": {"row": 0, "col": 1}}),
+    );
+    assert_failed(&swallowed, "does not hold it");
+    t.proxy.lie(Lie::None);
+    // The hub never had it, and the agent still does not take the log for verified.
+    assert!(t.events().iter().all(|i| i["event"]["seq"] != 3));
+    assert_failed(
+        &t.x.call("game_board", json!({"game": game})),
+        "does not hold it",
+    );
+}
+
+#[test]
+fn a_game_registered_with_another_protocol_or_rules_is_never_started() {
+    for (asked, lie, named) in [
+        (
+            json!({"protocol": "pipehub:tic-tac-toe"}),
+            json!({"protocol": "pipehub:connect-four"}),
+            "pipehub:connect-four",
+        ),
+        (
+            json!({"protocol": "pipehub:rock-paper-scissors", "rules": {"bestOf": 9}}),
+            json!({"rules": {"bestOf": 1}}),
+            "bestOf",
+        ),
+    ] {
+        let hub = Hub::start(&[]);
+        let proxy = Proxy::start(&hub.base);
+        let work = tempfile::tempdir().expect("a temporary directory");
+        let mut x = Agent::start(
+            &proxy.base,
+            &work.path().join("x"),
+            &work.path().join("x.log"),
+        );
+        proxy.lie(Lie::CreateAs(lie));
+        let created = x.call("game_new", asked.clone());
+        proxy.lie(Lie::None);
+        assert_failed(&created, named);
+
+        // O joins what the hub registered; X's agent must not sign its start.
+        let registered = proxy.created();
+        let game = registered["game"].as_str().expect("a game").to_string();
+        pair(&hub, &registered["pairingCode"]);
+        let waited = x.call("game_wait", json!({"game": game, "timeoutSeconds": 3}));
+        assert_failed(&waited, named);
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(
+            events(&hub, &game).is_empty(),
+            "{asked}: no start was written"
+        );
+    }
+}
+
+#[test]
+fn an_owed_reveal_refused_by_a_rate_limit_is_retried_without_a_tool_call() {
+    let mut t = Table::new("pipehub:rock-paper-scissors", Some(json!({"bestOf": 1})));
+    let game = t.game.clone();
+    t.x.ok(
+        "game_move",
+        json!({"game": game, "move": {"choice": "rock"}}),
+    );
+    // X's reveal, owed once O commits, is refused with Retry-After: 1 more times than the
+    // hub pushes frames for O's commit, so only the agent's own retries can get it through.
+    t.proxy.refuse_posts(7);
+    t.o_moves(json!({"choice": "scissors"}));
+    let revealed = (0..80).any(|_| {
+        std::thread::sleep(Duration::from_millis(500));
+        t.events().iter().any(|i| {
+            i["event"]["player"] == "X"
+                && i["event"]["move"]["nonce"].is_string()
+                && i["verdict"] == "accepted"
+        })
+    });
+    assert_eq!(
+        t.proxy.shared.refuse.load(Ordering::SeqCst),
+        0,
+        "every refusal was used"
+    );
+    assert!(
+        revealed,
+        "X's reveal was written by the agent on its own: {:?}",
+        t.events()
+    );
 }

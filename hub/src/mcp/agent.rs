@@ -68,7 +68,10 @@ impl Agent {
     pub async fn open(config: Config) -> Result<Arc<Agent>, AgentError> {
         let store = Store::open(&config.state_dir)?;
         let client = HubClient::new(&config.hub)?;
-        let records = store.load(client.base())?;
+        let mut records = store.load(client.base())?;
+        // Seat X first: should two records of one game remain (an agent of an earlier
+        // release could redeem its own code), the seat it made is the one it keeps.
+        records.sort_by_key(|r| r.seat != "X");
         let agent = Arc::new(Agent {
             ctx: Arc::new(Ctx {
                 client,
@@ -86,8 +89,15 @@ impl Agent {
         Ok(agent)
     }
 
+    /// Starts holding a seat. A second seat of a game already held is not adopted: the
+    /// seats are kept by game id, and replacing one would hide the other.
     fn adopt(&self, record: SeatRecord) -> Option<Arc<SeatHandle>> {
         let handle = Arc::new(SeatHandle::new(record)?);
+        if self.seat(&handle.game).is_ok() {
+            tracing::warn!(game = %handle.game, seat = %handle.seat,
+                "a second seat of a game this agent holds is not adopted");
+            return None;
+        }
         let task = watch::spawn(self.ctx.clone(), handle.clone());
         if let Ok(mut w) = self.watchers.lock() {
             w.retain(|t| !t.is_finished());
@@ -133,12 +143,13 @@ impl Agent {
             )));
         };
         let protocol = p.refs()[0].to_string();
-        let record = SeatRecord::mint(
+        let mut record = SeatRecord::mint(
             self.ctx.client.base(),
             &self.inbox,
             Seat::X,
             Some(protocol.clone()),
         );
+        record.rules = rules.clone();
         let key = record.public_key().unwrap_or_default();
         self.ctx.store.save(&record)?;
         let seated = self
@@ -148,6 +159,7 @@ impl Agent {
             .await;
         let seated = self.refused_seat(&record, seated)?;
         let code = seated.pairing_code.clone();
+        record.pairing_code = code.clone();
         let mut answer = self.seated(record, seated).await?;
         answer.state["pairingCode"] = json!(code);
         answer.note = Some(
@@ -158,13 +170,48 @@ impl Agent {
     }
 
     /// `game_join`: seat O of a game, by its pairing code.
+    ///
+    /// The agent holds one seat per game, so it refuses its own code before redeeming it.
+    /// A game made before codes were kept is only found once the hub answered: the new O
+    /// seat is then dropped (its key forgotten) and the X seat kept, and the error says so.
     pub async fn join(&self, code: &str) -> Result<Answer, AgentError> {
+        if let Some(game) = self.own_code(code).await {
+            return Err(AgentError::Usage(format!(
+                "that pairing code is this agent's own: it holds seat X of game {game}; give the code to the \
+opponent's person instead"
+            )));
+        }
         let record = SeatRecord::mint(self.ctx.client.base(), &self.inbox, Seat::O, None);
         let key = record.public_key().unwrap_or_default();
         self.ctx.store.save(&record)?;
         let seated = self.ctx.client.pair(code.trim(), &key).await;
         let seated = self.refused_seat(&record, seated)?;
+        if let Ok(held) = self.seat(&seated.game) {
+            self.ctx.store.remove(&record)?;
+            return Err(AgentError::Usage(format!(
+                "that pairing code was this agent's own game {}, where it holds seat {}: the hub has now \
+seated O with a key this agent dropped, as it plays one seat per game, so no one can move for O",
+                state::escape(&held.game),
+                held.seat
+            )));
+        }
         self.seated(record, seated).await
+    }
+
+    /// The game of this agent whose pairing code `code` is, as the hub reads codes.
+    async fn own_code(&self, code: &str) -> Option<String> {
+        let code = crate::game::seats::normalize_code(code.trim())?;
+        for handle in self.handles() {
+            let rec = handle.lock().await;
+            let mine = rec
+                .pairing_code
+                .as_deref()
+                .and_then(crate::game::seats::normalize_code);
+            if mine.as_deref() == Some(code.as_str()) {
+                return Some(state::escape(&handle.game));
+            }
+        }
+        None
     }
 
     /// A seat the hub refused outright is forgotten; after any other failure its file is
@@ -237,7 +284,7 @@ impl Agent {
                 })?;
         }
         let event = handle.next_event(chain, Action::Move, Some(mv));
-        let answer = handle.post(&self.ctx, &rec, event).await?;
+        let answer = handle.post(&self.ctx, &mut rec, event).await?;
         let note = refereed(&answer)?;
         let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
         Ok(Answer::of(&snap, note))
@@ -277,7 +324,7 @@ impl Agent {
         let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
         playable(&snap)?;
         let event = handle.next_event(&snap.chain, Action::Resign, None);
-        let answer = handle.post(&self.ctx, &rec, event).await?;
+        let answer = handle.post(&self.ctx, &mut rec, event).await?;
         let note = refereed(&answer)?;
         let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
         Ok(Answer::of(&snap, note))

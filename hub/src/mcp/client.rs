@@ -21,6 +21,11 @@ use super::AgentError;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// The hub's largest page of captures.
 const PAGE: usize = 1000;
+/// Bounds on one listing of a game's captures. A hub that keeps handing out cursors would
+/// otherwise hold the seat (and its lock) for good while the list grows; a real game is
+/// a few pages at most.
+const MAX_PAGES: usize = 100;
+const LISTING_TIME: Duration = Duration::from_secs(60);
 
 /// A hub, reached over HTTP.
 #[derive(Clone, Debug)]
@@ -138,6 +143,7 @@ impl HubClient {
     pub async fn captures(&self, inbox: &str, game: &str) -> Result<Vec<CaptureItem>, AgentError> {
         let mut items = Vec::new();
         let mut after: Option<String> = None;
+        let mut pager = Pager::new(std::time::Instant::now());
         loop {
             let mut url = format!(
                 "{}/v1/inboxes/{}/events?game={}&limit={PAGE}",
@@ -150,9 +156,9 @@ impl HubClient {
             }
             let page: Page = self.json(Method::GET, &url, None, None).await?;
             items.extend(page.items);
-            match page.next {
-                Some(next) if after.as_ref() != Some(&next) => after = Some(next),
-                _ => return Ok(items),
+            match pager.next(page.next, std::time::Instant::now())? {
+                Some(next) => after = Some(next),
+                None => return Ok(items),
             }
         }
     }
@@ -176,11 +182,12 @@ impl HubClient {
             .await
             .map_err(transport)?;
         let status = resp.status();
+        let retry = retry_after(&resp);
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         if status.is_success() || status == StatusCode::UNPROCESSABLE_ENTITY {
             Ok(PostAnswer { status, body })
         } else {
-            Err(hub_error(status, &body))
+            Err(hub_error(status, &body, retry))
         }
     }
 
@@ -200,12 +207,52 @@ impl HubClient {
         }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
+        let retry = retry_after(&resp);
         let value: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            return Err(hub_error(status, &value));
+            return Err(hub_error(status, &value, retry));
         }
         serde_json::from_value(value)
             .map_err(|e| AgentError::Transport(format!("the hub's answer is not understood: {e}")))
+    }
+}
+
+/// Where a listing goes next: it ends on no cursor, and fails on a cursor seen before
+/// (a hub that cycles would never end) or past [`MAX_PAGES`] or [`LISTING_TIME`].
+struct Pager {
+    seen: std::collections::HashSet<String>,
+    started: std::time::Instant,
+}
+
+impl Pager {
+    fn new(started: std::time::Instant) -> Pager {
+        Pager {
+            seen: std::collections::HashSet::new(),
+            started,
+        }
+    }
+
+    fn next(
+        &mut self,
+        next: Option<String>,
+        now: std::time::Instant,
+    ) -> Result<Option<String>, AgentError> {
+        let Some(next) = next else { return Ok(None) };
+        let fail = |why: &str| {
+            Err(AgentError::Verification(format!(
+                "the hub's listing of the game's captures {why}, so the log cannot be read whole"
+            )))
+        };
+        if !self.seen.insert(next.clone()) {
+            return fail("came back to a cursor it gave before");
+        }
+        if self.seen.len() >= MAX_PAGES {
+            return fail(&format!("ran past {MAX_PAGES} pages"));
+        }
+        if now.duration_since(self.started) > LISTING_TIME {
+            return fail(&format!("took over {} s", LISTING_TIME.as_secs()));
+        }
+        Ok(Some(next))
     }
 }
 
@@ -214,8 +261,15 @@ fn transport(e: reqwest::Error) -> AgentError {
     AgentError::Transport(e.without_url().to_string())
 }
 
-fn hub_error(status: StatusCode, body: &Value) -> AgentError {
+/// `Retry-After` in whole seconds, as the hub sends it with a 429 or a 503.
+fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
+    let secs = resp.headers().get("retry-after")?.to_str().ok()?;
+    secs.trim().parse().ok().map(Duration::from_secs)
+}
+
+fn hub_error(status: StatusCode, body: &Value, retry_after: Option<Duration>) -> AgentError {
     AgentError::Hub {
+        retry_after,
         status: status.as_u16(),
         code: body["error"].as_str().unwrap_or("error").to_string(),
         detail: body["detail"].as_str().map(str::to_string),
@@ -233,4 +287,43 @@ fn seg(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_listing_ends_without_a_cursor_and_fails_on_one_seen_before() {
+        let t = Instant::now();
+        let mut pager = Pager::new(t);
+        assert_eq!(pager.next(Some("a".into()), t).ok(), Some(Some("a".into())));
+        assert_eq!(pager.next(Some("b".into()), t).ok(), Some(Some("b".into())));
+        // A hub alternating two cursors comes back to the first one.
+        let cycled = pager.next(Some("a".into()), t);
+        assert!(
+            matches!(&cycled, Err(AgentError::Verification(m)) if m.contains("came back")),
+            "{cycled:?}"
+        );
+        let mut pager = Pager::new(t);
+        assert_eq!(pager.next(None, t).ok(), Some(None));
+    }
+
+    #[test]
+    fn a_listing_is_bounded_in_pages_and_time() {
+        let t = Instant::now();
+        let mut pager = Pager::new(t);
+        let ended = (0..MAX_PAGES * 2).find_map(|i| pager.next(Some(format!("c{i}")), t).err());
+        assert!(
+            matches!(&ended, Some(AgentError::Verification(m)) if m.contains("pages")),
+            "{ended:?}"
+        );
+        let mut pager = Pager::new(t);
+        let late = pager.next(Some("a".into()), t + LISTING_TIME + Duration::from_secs(1));
+        assert!(
+            matches!(&late, Err(AgentError::Verification(m)) if m.contains("took over")),
+            "{late:?}"
+        );
+    }
 }

@@ -18,9 +18,13 @@
 //! choices, reveals), [`seat`] is one seat's serialized sync-and-act step, [`agent`] the
 //! tools' logic, [`state`] the shape of a result, [`tools`] the MCP server.
 //!
+//! It also remembers, per seat and on disk, the newest event it signed and the newest head
+//! it verified, so that a hub cannot roll a game back or collect two signed events at one
+//! seq, even across a restart of the agent.
+//!
 //! What it deliberately does not do: choose moves (the person does, through the model),
-//! hold more than one seat of the same game, or write anything to standard output that is
-//! not MCP (its logs go to standard error).
+//! hold more than one seat of the same game (it refuses its own pairing code), or write
+//! anything to standard output that is not MCP (its logs go to standard error).
 
 pub mod agent;
 pub mod client;
@@ -32,6 +36,7 @@ pub mod verify;
 pub mod watch;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// What the agent is started with.
 #[derive(Clone, Debug)]
@@ -54,6 +59,8 @@ pub enum AgentError {
         status: u16,
         code: String,
         detail: Option<String>,
+        /// How long the hub asked to wait before trying again (`Retry-After`).
+        retry_after: Option<Duration>,
     },
     /// The hub could not be reached or answered nonsense.
     #[error("the hub could not be reached: {0}")]
@@ -85,6 +92,14 @@ impl AgentError {
             AgentError::Usage(_) => "usage",
             AgentError::Rejected { reason, .. } => reason,
             AgentError::Store(_) => "state_dir",
+        }
+    }
+
+    /// How long to wait before trying again, when the hub said (a rate limit).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            AgentError::Hub { retry_after, .. } => *retry_after,
+            _ => None,
         }
     }
 }

@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{watch, Mutex, MutexGuard};
 
 use super::client::{CaptureItem, HubClient, PostAnswer};
-use super::store::{SeatRecord, Store};
+use super::store::{Mark, SeatRecord, Signed, Store};
 use super::verify::{self, Expect};
 use super::AgentError;
 use crate::game::custody::{self, Custodian};
@@ -124,15 +124,20 @@ impl SeatHandle {
         self.fetch(ctx, rec).await
     }
 
-    /// The captures, verified; before the start, also the hub's view of the seat.
-    pub async fn fetch(&self, ctx: &Ctx, rec: &SeatRecord) -> Result<Snapshot, AgentError> {
-        let token = rec.token.as_deref().unwrap_or_default();
+    /// The captures, verified; before the start, also the hub's view of the seat. The
+    /// newest verified head is kept in the record (on disk) for the next verification.
+    pub async fn fetch(&self, ctx: &Ctx, rec: &mut SeatRecord) -> Result<Snapshot, AgentError> {
+        let token = rec.token.clone().unwrap_or_default();
         let public = rec.public_key().unwrap_or_default();
         let expect = Expect {
             inbox: &self.inbox,
             game: &self.game,
             seat: self.seat,
             public_key: &public,
+            protocol: rec.protocol.as_deref().filter(|_| self.seat == Seat::X),
+            rules: rec.rules.as_ref(),
+            signed: rec.signed.as_ref(),
+            verified: rec.verified.as_ref(),
         };
         let items = ctx.client.captures(&self.inbox, &self.game).await?;
         let chain = verify::verify(&ctx.registry, &expect, &items)
@@ -140,8 +145,25 @@ impl SeatHandle {
         let before_start = if chain.is_started() {
             None
         } else {
-            Some(ctx.client.view(&self.inbox, &self.game, token).await?)
+            let view = ctx.client.view(&self.inbox, &self.game, &token).await?;
+            verify::check_asked(
+                &ctx.registry,
+                &expect,
+                view["protocol"].as_str(),
+                view["rules"].as_object(),
+            )
+            .map_err(|f| AgentError::Verification(f.0))?;
+            Some(view)
         };
+        if let (Some(seq), Some(head)) = (chain.seq(), chain.head()) {
+            if rec.verified.as_ref().is_none_or(|v| v.seq < seq) {
+                rec.verified = Some(Mark {
+                    seq,
+                    hash: head.to_string(),
+                });
+                ctx.store.save(rec)?;
+            }
+        }
         let committed_choice = self.committed_choice(rec, &chain, &items);
         Ok(Snapshot {
             inbox: self.inbox.clone(),
@@ -264,6 +286,8 @@ impl SeatHandle {
                 "the hub shows a key for X that is not this agent's, or a bad key for O".into(),
             ));
         }
+        // The hub's view was checked against what the person asked for when it was fetched
+        // ([`Self::fetch`]); the start carries it as the hub registered it.
         let protocol = view["protocol"].as_str().or(rec.protocol.as_deref());
         let mut rules: Map<String, Value> = view["rules"].as_object().cloned().unwrap_or_default();
         let mut keys = Map::new();
@@ -285,21 +309,52 @@ impl SeatHandle {
         })
     }
 
-    /// Signs and posts one event of this seat.
+    /// Signs and posts one event of this seat. The event is recorded (on disk) before it
+    /// is posted, and the agent refuses to sign a different event at a seq it signed
+    /// already: two signed events on one head would let a hub choose which one counts. The
+    /// same event again (a retried duty, the same move sent again) is the same bytes, as
+    /// Ed25519 signatures are deterministic, and may be posted again.
     pub async fn post(
         &self,
         ctx: &Ctx,
-        rec: &SeatRecord,
+        rec: &mut SeatRecord,
         mut event: Event,
     ) -> Result<PostAnswer, AgentError> {
         let key = rec
             .signing_key()
             .ok_or_else(|| AgentError::Usage("this seat's key file is damaged".into()))?;
         sign(&mut event, &key);
-        let token = rec.token.as_deref().unwrap_or_default();
-        ctx.client
-            .post_event(&self.inbox, token, event.to_json())
-            .await
+        let hash = games::canonical::hash_hex(&event);
+        if let Some(s) = &rec.signed {
+            if event.seq < s.seq || (event.seq == s.seq && hash != s.hash) {
+                return Err(AgentError::Usage(format!(
+                    "this agent already signed another event at seq {} of this game, which the hub has not \
+recorded; it never signs two events at one seq, so only that one can be sent again (the same move)",
+                    s.seq
+                )));
+            }
+        }
+        if rec.signed.as_ref().is_none_or(|s| s.seq != event.seq) {
+            rec.signed = Some(Signed {
+                seq: event.seq,
+                hash,
+                accepted: false,
+            });
+            ctx.store.save(rec)?;
+        }
+        let token = rec.token.clone().unwrap_or_default();
+        let answer = ctx
+            .client
+            .post_event(&self.inbox, &token, event.to_json())
+            .await?;
+        if answer.verdict() == "accepted" {
+            // From here on the log must hold this very event at its seq.
+            if let Some(s) = rec.signed.as_mut().filter(|s| !s.accepted) {
+                s.accepted = true;
+                ctx.store.save(rec)?;
+            }
+        }
+        Ok(answer)
     }
 }
 

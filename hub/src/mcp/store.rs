@@ -3,7 +3,9 @@
 //! A seat file holds what makes the agent a seat: the hub and inbox, the game id, X or O,
 //! the seat token, the Ed25519 secret key the agent minted for it, and a rock-paper-scissors
 //! choice the person made before the seat's commit turn (held by the agent, as the hub holds
-//! one for a hub-held seat). The key is written **before** the agent posts its public key,
+//! one for a hub-held seat). For X it also keeps the rules asked for and the pairing code;
+//! for every seat, the newest event the agent signed and the newest head it verified
+//! ([`super::verify`] holds later logs to them). The key is written **before** the agent posts its public key,
 //! so a crash between the post and the answer loses a token, never a key that signs a
 //! registered game; the token is added as soon as the hub answers. Files are written
 //! whole (a temporary file, then a rename) with mode 0600 in a directory of mode 0700.
@@ -22,6 +24,7 @@ use std::path::{Path, PathBuf};
 use games::crypto::{self, SecretKey};
 use games::Seat;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// One seat of this agent, as stored.
 #[derive(Clone, Serialize, Deserialize)]
@@ -43,6 +46,40 @@ pub struct SeatRecord {
     /// A rock-paper-scissors choice waiting for this seat's commit turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_choice: Option<String>,
+    /// The rules the person asked for at `game_new`, as sent (X only): the start this
+    /// agent signs, and the chain it shows, must carry them with the protocol's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Map<String, Value>>,
+    /// The game's pairing code (X only), so that the agent can refuse to redeem its own
+    /// code, which would seat it on both sides of one game.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairing_code: Option<String>,
+    /// The newest event this agent signed for the seat, written before it is posted. The
+    /// agent never signs another event at that seq, and a log that loses it once the hub
+    /// accepted it does not verify: a hub could otherwise hide the event and collect a
+    /// second, conflicting one signed with the person's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed: Option<Signed>,
+    /// The newest head of the game this agent verified. A later log must still hold it:
+    /// one that ends before it, or holds another event there, was rolled back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<Mark>,
+}
+
+/// One accepted event of a game: its seq and hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub seq: u64,
+    pub hash: String,
+}
+
+/// An event this agent signed, and whether the hub answered that it accepted it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signed {
+    pub seq: u64,
+    pub hash: String,
+    #[serde(default)]
+    pub accepted: bool,
 }
 
 impl fmt::Debug for SeatRecord {
@@ -71,6 +108,10 @@ impl SeatRecord {
             token: None,
             key: hex::encode(key.to_bytes()),
             held_choice: None,
+            rules: None,
+            pairing_code: None,
+            signed: None,
+            verified: None,
         }
     }
 

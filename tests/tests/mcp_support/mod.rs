@@ -135,3 +135,125 @@ pub fn unhex(s: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
         .collect()
 }
+
+/// One `pipehub mcp` driven straight over its standard input and output (MCP's stdio
+/// transport: one JSON-RPC message a line), for tests that change what a hub says between
+/// two calls of one agent, which a scripted driver run cannot.
+pub struct Agent {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+impl Agent {
+    /// Starts an agent on `hub` with the state directory `state`; its log goes to `log`.
+    pub fn start(hub: &str, state: &Path, log: &Path) -> Agent {
+        use std::io::BufRead;
+        let mut child = Command::new(pipehub_tests::pipehub_bin())
+            .args(["mcp", "--hub", hub, "--inbox", "default", "--state-dir"])
+            .arg(state)
+            .env("PIPEHUB_LOG", "info")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).expect("a log file"))
+            .spawn()
+            .expect("the agent starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let stdin = child.stdin.take().expect("stdin");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut agent = Agent {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        agent.request(
+            "initialize",
+            serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "pipehub-tests", "version": "0"}}),
+        );
+        agent.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        agent
+    }
+
+    fn send(&mut self, message: &Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}").expect("the agent reads its input");
+        self.stdin.flush().expect("flushed");
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(120))
+                .unwrap_or_else(|e| panic!("no answer to {method} in 120 s: {e}"));
+            let Ok(message) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if message["id"] == id {
+                assert!(message.get("error").is_none(), "{method}: {message}");
+                return message["result"].clone();
+            }
+        }
+    }
+
+    /// Calls a tool: `{"isError", "structuredContent", "text"}`.
+    pub fn call(&mut self, tool: &str, args: Value) -> Value {
+        let result = self.request(
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": args}),
+        );
+        let text: Vec<&str> = result["content"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|b| b["text"].as_str()).collect())
+            .unwrap_or_default();
+        serde_json::json!({
+            "isError": result["isError"].as_bool().unwrap_or(false),
+            "structuredContent": result["structuredContent"],
+            "text": text.join("\n"),
+        })
+    }
+
+    /// Calls a tool that must succeed; its `structuredContent`.
+    pub fn ok(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.call(tool, args.clone());
+        assert_eq!(r["isError"], false, "{tool} {args}: {r}");
+        r["structuredContent"].clone()
+    }
+
+    /// Waits (game_wait) until it is the person's turn.
+    pub fn wait_turn(&mut self, game: &str) -> Value {
+        for _ in 0..10 {
+            let s = self.ok(
+                "game_wait",
+                serde_json::json!({"game": game, "timeoutSeconds": 10}),
+            );
+            if s["yourTurn"] == true {
+                return s;
+            }
+        }
+        panic!("never this seat's turn in {game}");
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
