@@ -254,7 +254,13 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
                     "bad_move: send {\"choice\": \"rock\" | \"paper\" | \"scissors\"}".into(),
                 ),
             })?;
-            if snap.committed_choice.is_some() || committed(&snap) {
+            // A commit signed for the next seq and not yet in the log (refused for now: a
+            // rate limit, a hub that did not answer) is the choice: the agent signs no
+            // other event there, so a new choice could never be committed, and the game
+            // would wait for it for good.
+            let next = chain.seq().map_or(0, |s| s + 1);
+            let signed = rec.signed.as_ref().is_some_and(|s| s.seq == next);
+            if snap.committed_choice.is_some() || committed(&snap) || signed {
                 return Err(AgentError::Usage(
                     "your person's choice for this round is already committed; it is revealed by itself".into(),
                 ));
