@@ -149,7 +149,9 @@ impl Agent {
             Seat::X,
             Some(protocol.clone()),
         );
-        record.rules = rules.clone();
+        // Kept even when empty (the protocol's defaults): a record without rules is one
+        // made before rules were kept, whose rules the agent cannot check.
+        record.rules = Some(rules.clone().unwrap_or_default());
         let key = record.public_key().unwrap_or_default();
         self.ctx.store.save(&record)?;
         let seated = self

@@ -46,8 +46,9 @@ pub struct SeatRecord {
     /// A rock-paper-scissors choice waiting for this seat's commit turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_choice: Option<String>,
-    /// The rules the person asked for at `game_new`, as sent (X only): the start this
-    /// agent signs, and the chain it shows, must carry them with the protocol's defaults.
+    /// The rules the person asked for at `game_new`, as sent, empty for the defaults (X
+    /// only): the start this agent signs, and the chain it shows, must carry them with the
+    /// protocol's defaults. `None` in a record made before rules were kept: not checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<Map<String, Value>>,
     /// The game's pairing code (X only), so that the agent can refuse to redeem its own
