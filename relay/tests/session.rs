@@ -222,6 +222,17 @@ async fn recv(ws: &mut Socket) -> Value {
     next(ws, WAIT).await.expect("a message")
 }
 
+/// Writes bytes to the socket's connection as they are, below the WebSocket layer.
+async fn write_raw(ws: &mut Socket, raw: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    let tcp = match ws.get_mut() {
+        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp,
+        _ => panic!("a plain socket"),
+    };
+    tcp.write_all(raw).await.expect("written");
+    tcp.flush().await.expect("flushed");
+}
+
 async fn seated(url: &str, token: &str) -> Socket {
     let mut ws = connect(url).await;
     send(&mut ws, json!({"t": "hello", "token": token})).await;
@@ -511,7 +522,6 @@ async fn each_socket_that_ends_is_reported_with_its_cause() {
 
 #[actix_rt::test]
 async fn a_message_in_fragments_over_the_limit_is_too_large_as_one_frame_is() {
-    use tokio::io::AsyncWriteExt;
     let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
     let mut ws = seated(&url, "tx").await;
     // A text message in three masked fragments of 2,000 bytes (a zero mask): 6,000 in all.
@@ -527,12 +537,7 @@ async fn a_message_in_fragments_over_the_limit_is_too_large_as_one_frame_is() {
         fragment(0x0, true),
     ]
     .concat();
-    let tcp = match ws.get_mut() {
-        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp,
-        _ => panic!("a plain socket"),
-    };
-    tcp.write_all(&raw).await.expect("written");
-    tcp.flush().await.expect("flushed");
+    write_raw(&mut ws, &raw).await;
     let refused = recv(&mut ws).await;
     assert_eq!(
         refused,
@@ -545,18 +550,12 @@ async fn a_message_in_fragments_over_the_limit_is_too_large_as_one_frame_is() {
 async fn a_frame_that_declares_more_than_the_limit_is_refused_at_its_header() {
     // Before, the relay read an oversized frame to its end before refusing it, and a
     // client that declared 2^40 bytes and kept sending filled the hub's memory.
-    use tokio::io::AsyncWriteExt;
     let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
     let mut ws = seated(&url, "tx").await;
     // A masked text frame declaring 2^40 bytes, and its first 64 KiB.
     let mut raw = vec![0x81u8, 0xff, 0, 0, 0x01, 0, 0, 0, 0, 0, 1, 2, 3, 4];
     raw.extend(std::iter::repeat_n(b'a', 64 << 10));
-    let tcp = match ws.get_mut() {
-        tokio_tungstenite::MaybeTlsStream::Plain(tcp) => tcp,
-        _ => panic!("a plain socket"),
-    };
-    tcp.write_all(&raw).await.expect("written");
-    tcp.flush().await.expect("flushed");
+    write_raw(&mut ws, &raw).await;
     // Refused now, not once 2^40 bytes have come.
     let refused = recv(&mut ws).await;
     assert_eq!(refused["error"], "too_large", "{refused}");

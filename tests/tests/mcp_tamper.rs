@@ -340,16 +340,23 @@ struct Table {
     o: String,
 }
 
+/// A hub, a lying proxy in front of it, and X's agent talking to the proxy, its state in
+/// a directory of its own.
+fn agent_behind_a_proxy() -> (Hub, Proxy, tempfile::TempDir, Agent) {
+    let hub = Hub::start(&[]);
+    let proxy = Proxy::start(&hub.base);
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let x = Agent::start(
+        &proxy.base,
+        &work.path().join("x"),
+        &work.path().join("x.log"),
+    );
+    (hub, proxy, work, x)
+}
+
 impl Table {
     fn new(protocol: &str, rules: Option<Value>) -> Table {
-        let hub = Hub::start(&[]);
-        let proxy = Proxy::start(&hub.base);
-        let work = tempfile::tempdir().expect("a temporary directory");
-        let mut x = Agent::start(
-            &proxy.base,
-            &work.path().join("x"),
-            &work.path().join("x.log"),
-        );
+        let (hub, proxy, work, mut x) = agent_behind_a_proxy();
         let mut args = json!({"protocol": protocol});
         if let Some(r) = rules {
             args["rules"] = r;
@@ -502,14 +509,7 @@ fn a_game_registered_with_another_protocol_or_rules_is_never_started() {
             "bestOf",
         ),
     ] {
-        let hub = Hub::start(&[]);
-        let proxy = Proxy::start(&hub.base);
-        let work = tempfile::tempdir().expect("a temporary directory");
-        let mut x = Agent::start(
-            &proxy.base,
-            &work.path().join("x"),
-            &work.path().join("x.log"),
-        );
+        let (hub, proxy, _work, mut x) = agent_behind_a_proxy();
         proxy.lie(Lie::CreateAs(lie));
         let created = x.call("game_new", asked.clone());
         proxy.lie(Lie::None);
