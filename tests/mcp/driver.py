@@ -149,6 +149,9 @@ async def scenario_play(a, b, summary):
     refused = await b.call("game_move", game=resign, move={"row": 1, "col": 1})
     assert refused["isError"] and "occupied" in refused["text"], refused
     await b.ok("game_resign", game=resign)
+    # A move after the end, refused by the agent's own check: an error with the true state.
+    late = await b.call("game_move", game=resign, move={"row": 0, "col": 0})
+    assert late["isError"], late
     # A code nobody issued: an error result, and the seat minted for it is forgotten.
     unknown = await b.call("game_join", code="ZZZZZZZZ")
     assert unknown["isError"] and "not_found" in unknown["text"], unknown

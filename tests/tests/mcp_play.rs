@@ -140,6 +140,19 @@ fn every_protocol_played_to_the_end(p: &Played) {
     assert_eq!(truth["seat"], "O", "{refused}");
     assert_eq!(truth["yourTurn"], true, "{refused}");
     assert_eq!(truth["view"]["cells"][1][1], "X", "{refused}");
+    // So is one the agent refuses itself: a move after the game ended.
+    let late = p
+        .run
+        .results
+        .iter()
+        .find(|r| r["isError"] == true && r["structuredContent"]["error"] == "after_end")
+        .expect("the move after the end, refused as after_end");
+    let truth = &late["structuredContent"];
+    assert_eq!(truth["seat"], "O", "{late}");
+    assert_eq!(truth["result"]["status"], "win", "{late}");
+    assert!(late["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("the game is over") && t.contains("<untrusted-board>\n")));
     for (list, seat) in [("listX", "X"), ("listO", "O")] {
         let seats = summary[list]["seats"].as_array().expect("seats");
         assert_eq!(seats.len(), 4, "{list}");

@@ -279,9 +279,10 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         }
         let seq = chain.seq().unwrap_or_default();
         if Seat::to_move_at(seq + 1) != handle.seat {
-            return Err(AgentError::Usage(
-                "it is not your person's turn: use game_wait".into(),
-            ));
+            return Err(AgentError::Rejected {
+                reason: "wrong_player".into(),
+                detail: Some("it is not your person's turn: use game_wait".into()),
+            });
         }
         if let Some(board) = chain.board() {
             board
@@ -361,13 +362,21 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
 
 /// A move or resign needs a started game that is not over.
 fn playable(snap: &Snapshot) -> Result<(), AgentError> {
+    // Refused as the referee would refuse them (`not_started`, `after_end`), so that the
+    // result carries the seat's true state, as any refused move's does.
     if !snap.chain.is_started() {
-        return Err(AgentError::Usage(
-            "the game has not started yet: use game_wait until the opponent has joined".into(),
-        ));
+        return Err(AgentError::Rejected {
+            reason: "not_started".into(),
+            detail: Some(
+                "the game has not started yet: use game_wait until the opponent has joined".into(),
+            ),
+        });
     }
     if state::is_over(snap) {
-        return Err(AgentError::Usage("the game is over".into()));
+        return Err(AgentError::Rejected {
+            reason: "after_end".into(),
+            detail: Some("the game is over".into()),
+        });
     }
     Ok(())
 }
