@@ -11,20 +11,22 @@ use crate::loadgen::{self, Config, LoadgenError, Outcome};
 use std::fmt::Write as _;
 use std::time::Duration;
 
-/// Arguments of `pipehub loadgen`.
+/// Arguments of `pipehub loadgen`. The numbers are read as numbers even when negative
+/// (`--duration -1`), so that they get this command's own range messages rather than the
+/// parser's "unexpected argument '-1'".
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The hub's base URL.
     #[arg(long, value_name = "URL")]
     pub hub: String,
     /// Concurrent seated games, two WebSocket seats each.
-    #[arg(long, value_name = "G")]
+    #[arg(long, value_name = "G", allow_negative_numbers = true)]
     pub games: usize,
     /// Measured seconds of play (after every game is seated).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub duration: f64,
     /// Cap on offered moves a second across all games (default: as fast as the hub answers).
-    #[arg(long, value_name = "MOVES_PER_S")]
+    #[arg(long, value_name = "MOVES_PER_S", allow_negative_numbers = true)]
     pub rate: Option<f64>,
     /// The game to play: pipehub:tic-tac-toe, pipehub:connect-four or
     /// pipehub:rock-paper-scissors.
@@ -39,7 +41,12 @@ pub struct Args {
     /// Threads the load generator runs on. One by default: on a machine it shares with the
     /// hub, a second thread mostly buys cross-thread wake-ups, paid for out of the hub's
     /// CPU.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        allow_negative_numbers = true
+    )]
     pub threads: usize,
 }
 
@@ -214,6 +221,29 @@ fn write_plain(out: &mut String, config: &Config, o: &Outcome) -> std::fmt::Resu
 mod tests {
     use super::*;
     use crate::loadgen::CpuSeconds;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// A negative number after a space is the flag's value, not another flag: the range
+    /// checks then say what is wrong with it.
+    #[test]
+    fn negative_numbers_are_values_for_the_range_checks() {
+        let parse = |flags: &[&str]| {
+            let mut argv = vec!["loadgen", "--hub", "http://127.0.0.1:1"];
+            argv.extend_from_slice(flags);
+            Wrapper::try_parse_from(argv)
+        };
+        let w = parse(&["--games", "2", "--duration", "-1", "--rate", "-5"]).expect("parsed");
+        assert_eq!((w.args.duration, w.args.rate), (-1.0, Some(-5.0)));
+        assert_eq!(run(w.args).ok(), Some(2), "--duration -1 is refused");
+        let e = parse(&["--games", "-3", "--duration", "1"]).expect_err("a count is not negative");
+        assert!(e.to_string().contains("'-3' for '--games <G>'"), "{e}");
+    }
 
     fn config() -> Config {
         Config {
