@@ -223,11 +223,7 @@ mod tests {
     use crate::loadgen::CpuSeconds;
     use clap::Parser;
 
-    #[derive(Debug, Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        args: Args,
-    }
+    type Wrapper = crate::cli::Parsed<Args>;
 
     /// A negative number after a space is the flag's value, not another flag: the range
     /// checks then say what is wrong with it.

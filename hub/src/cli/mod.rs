@@ -25,6 +25,14 @@ pub fn error_text(err: &anyhow::Error) -> String {
     text
 }
 
+/// A command's arguments as a whole command line, for tests that parse flags.
+#[cfg(test)]
+#[derive(Debug, clap::Parser)]
+pub(crate) struct Parsed<A: clap::Args> {
+    #[command(flatten)]
+    pub args: A,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

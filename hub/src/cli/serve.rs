@@ -274,11 +274,7 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    #[derive(Debug, Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        args: Args,
-    }
+    type Wrapper = crate::cli::Parsed<Args>;
 
     #[test]
     fn flags_parse_into_a_config() {
