@@ -368,14 +368,32 @@ fn a_second_hub_on_one_data_directory_refuses_to_start_and_the_first_goes_on() {
 
 /// `pipehub serve` on `data`, which must refuse to start: its stderr.
 fn refused_start(data: &std::path::Path) -> String {
-    let out = std::process::Command::new(pipehub_tests::pipehub_bin())
+    let mut child = std::process::Command::new(pipehub_tests::pipehub_bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(data)
         .env("PIPEHUB_LOG", "error")
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("a hub runs");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // A hub that starts instead of refusing would run for good: the wait is bounded.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the hub's status") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the hub started on {} instead of refusing", data.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    assert_eq!(status.code(), Some(2), "{stderr}");
     stderr
 }
 
@@ -418,9 +436,11 @@ fn a_store_with_a_part_gone_or_a_byte_changed_refuses_to_start_and_names_it() {
     put_back("secret", &secret);
     put_back("secret.pub", &check);
 
-    // A byte of the second event's payload, with the third event after it.
+    // A byte of the second event's payload, with the third event after it: the middle of
+    // the data, not of the file, which may still hold the zeros allocated ahead of it.
     let mut changed = inbox_log.clone();
-    let at = changed.len() / 2;
+    let data_end = changed.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let at = data_end / 2;
     changed[at] ^= 0x20;
     put_back("inbox-00000000.log", &changed);
     let stderr = refused_start(&data);
