@@ -875,7 +875,7 @@ impl Seats {
     /// one game at once one finds the other's change and answers by it instead of writing
     /// over it ([`Meta::replace`]); false when the store held something else. On one hub,
     /// where a game's changes take turns ([`Seats::turn`]), `before` is `None` and this is
-    /// a plain write. The cache follows what was written.
+    /// a plain write. The cache follows what was written, but for a removal.
     async fn swap_registration(
         &self,
         (inbox, game): (&str, &str),
@@ -897,15 +897,10 @@ impl Seats {
                 true
             }
         };
-        if written {
-            match after {
-                Some(reg) => {
-                    self.cache(reg.clone());
-                }
-                None => {
-                    self.games.remove(&(inbox, game) as &dyn GameIds);
-                }
-            }
+        // A game removed leaves the cache with its place under the cap, in `forget_open`:
+        // leaving here, it would not be counted out there.
+        if let (true, Some(reg)) = (written, after) {
+            self.cache(reg.clone());
         }
         Ok(written)
     }
@@ -918,6 +913,7 @@ impl Seats {
             let (reg, before) = self.owned_unpaired(auth).await?;
             let ids = (&*auth.inbox, &*auth.game);
             if self.swap_registration(ids, before.as_ref(), None).await? {
+                self.forget_open(&reg);
                 break reg;
             }
             // Another node paired or renewed the game since it was read: read it again.
@@ -946,23 +942,33 @@ impl Seats {
         Ok(())
     }
 
-    /// The game no longer counts as open for its host (finished or cancelled), and leaves
-    /// the cache.
+    /// The game no longer counts as open for its host (finished or cancelled): it leaves
+    /// the cache and gives back its place under the cap at once ([`Seats::forget_open`]),
+    /// then its open-game mark leaves the store.
     pub async fn close(&self, reg: &Registration) -> Result<(), HubError> {
-        let was_open = self
-            .meta
+        self.forget_open(reg);
+        self.meta
             .delete(&open_key(&reg.host, &reg.inbox, &reg.game))
             .await?;
-        // The cache first, then the count: whoever sees the count fall sees the game
-        // gone from the cache too.
-        self.games
-            .remove(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds);
-        if was_open {
+        Ok(())
+    }
+
+    /// The game leaves the cache, and its host's count of open games falls by one if it
+    /// was there (so a game closed twice counts once). Synchronous, so that an actor can
+    /// call it before it publishes a game's last state: a host who creates a game the
+    /// moment it sees the last one end is not refused for the old one, whose mark is
+    /// still being deleted from the store. The cache first, then the count: whoever sees
+    /// the count fall sees the game gone from the cache too.
+    pub fn forget_open(&self, reg: &Registration) {
+        let cached = self
+            .games
+            .remove(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds)
+            .is_some();
+        if cached {
             if let Some(mut n) = self.open.get_mut(&reg.host) {
                 *n = n.saturating_sub(1);
             }
         }
-        Ok(())
     }
 
     /// Redeems a pairing code: seats O with `key_o` (`Some` when O's agent holds its key,

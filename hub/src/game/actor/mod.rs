@@ -210,6 +210,9 @@ impl GameActor {
                 }
             }
             if let Some(reg) = self.registration() {
+                // Its place under the host's cap is given back now, before its last
+                // state is published; the store's mark follows.
+                self.engine.seats.forget_open(&reg);
                 let engine = self.engine.clone();
                 actix::spawn(async move {
                     if let Err(e) = engine.seats.close(&reg).await {
