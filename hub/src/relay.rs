@@ -105,13 +105,15 @@ impl Rooms for HubRooms {
                 return;
             }
         };
-        if x.is_none() && o.is_none() && spectator.is_none() {
-            return;
-        }
         let cause = match publication.cause {
             Cause::Accepted { seat, .. } => ::relay::Cause::Accepted { seat },
             Cause::Phase => ::relay::Cause::Phase,
+            // Told with no views: there is nothing left to show.
+            Cause::Cancelled => ::relay::Cause::Cancelled,
         };
+        if cause != ::relay::Cause::Cancelled && x.is_none() && o.is_none() && spectator.is_none() {
+            return;
+        }
         let delivery = ::relay::Delivery {
             cause,
             views: ::relay::Views { x, o, spectator },

@@ -51,9 +51,12 @@ impl Views {
 pub enum Cause {
     /// An event was accepted; `seat` is the seat that posted it (if any).
     Accepted { seat: Option<Seat>, hash: String },
-    /// A seat joined or the game's phase changed without an event (O paired, a cancel),
-    /// or a rebuilt actor tells its room where the game stands.
+    /// A seat joined or the game's phase changed without an event (O paired), or a
+    /// rebuilt actor tells its room where the game stands.
     Phase,
+    /// The host cancelled the game before anyone joined: it is gone, and there are no
+    /// views to publish (see [`Publication::cancelled`]).
+    Cancelled,
 }
 
 /// One publication: what happened and everyone's view of the game afterwards.
@@ -64,6 +67,18 @@ pub struct Publication {
     pub game: Arc<str>,
     pub cause: Cause,
     pub views: Arc<Views>,
+}
+
+impl Publication {
+    /// The news that a game was cancelled: it has no state left to show.
+    pub fn cancelled(inbox: &str, game: &str) -> Publication {
+        Publication {
+            inbox: inbox.into(),
+            game: game.into(),
+            cause: Cause::Cancelled,
+            views: Arc::default(),
+        }
+    }
 }
 
 /// The fan-out interface. Actors call [`Rooms::publish`] once per accepted event; it must

@@ -99,6 +99,9 @@ pub enum Cause {
     Accepted { seat: Option<Seat> },
     /// A phase change without an event (O paired).
     Phase,
+    /// The host cancelled the game before anyone joined: it is gone, and its publication
+    /// carries no views. Its sockets are told, and stop watching it.
+    Cancelled,
 }
 
 /// One publication of a game, shared by every subscriber.

@@ -106,6 +106,9 @@ struct Watch {
     held_after: Option<u64>,
 }
 
+/// The `detail` of the `error` a socket gets when the game it watches is cancelled.
+pub const CANCELLED: &str = "the game was cancelled by its host";
+
 /// Held publications past which the oldest is sent anyway: a move's events and the
 /// opponent's answers to them are a handful.
 const HELD_MAX: usize = 16;
@@ -704,6 +707,9 @@ impl Session {
     }
 
     fn on_delivery(&mut self, delivery: &Delivery) {
+        if delivery.cause == Cause::Cancelled {
+            return self.on_cancelled();
+        }
         let playing = self.playing;
         let Some(watch) = &mut self.watch else {
             return;
@@ -744,6 +750,20 @@ impl Session {
         }
         let frame = state.frame();
         self.send(frame);
+    }
+
+    /// The game this socket watches was cancelled by its host: there is no state left to
+    /// show, so the socket is told with an `error` (not closing it: it may say `hello`
+    /// with another token, or watch another game), and stops watching. A seat of that
+    /// game no longer opens anything: the socket is as before its first `hello`.
+    fn on_cancelled(&mut self) {
+        let Some(watch) = self.watch.take() else {
+            return;
+        };
+        if watch.viewer.is_some() {
+            self.role = Role::Unknown;
+        }
+        self.send(client_out::error("not_found", Some(CANCELLED), false));
     }
 
     /// Sends the answer to this socket's move and whatever was held back meanwhile, in the

@@ -730,6 +730,14 @@
       showAlert('There is no game ' + s.game + ' in inbox ' + s.inbox + '.');
       return;
     }
+    // The game shown is gone: its host cancelled it (from another tab, say), and the hub
+    // said so on this socket, which watches nothing from then on.
+    if (msg.error === 'not_found' && (s.mode === 'watch' || s.mode === 'seat')) {
+      if (s.mode === 'seat') forgetSeat(s);
+      leaveGame();
+      showAlert('Game ' + s.game + ' is gone: ' + String(msg.detail || 'the hub no longer knows it') + '.');
+      return;
+    }
     showNotice(capital(describe(msg.error, msg.detail)) + '.');
   }
 

@@ -89,6 +89,21 @@ async fn join(o: &Client, code: &str, game: &str) {
     wait_eq(o, "O", title, json!(format!("Game {game}"))).await;
 }
 
+/// The spectator lists `inbox` and clicks Watch on `game`.
+async fn watch_from_list(s: &Client, inbox: &str, game: &str) {
+    type_into(s, "#list-inbox", inbox).await;
+    click(s, "#list-button").await;
+    let watch = format!("#game-list button[data-game=\"{game}\"]");
+    wait_eq(
+        s,
+        "spectator",
+        &format!("document.querySelector('{watch}') !== null"),
+        json!(true),
+    )
+    .await;
+    click(s, &watch).await;
+}
+
 /// Clicks a tic-tac-toe cell as `mover` and waits until every browser shows the mark.
 async fn play_cell(
     mover: &Client,
@@ -133,6 +148,8 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     step(t0, "rock-paper-scissors over");
     connect_four_resigned(x.clone(), o.clone(), &inbox).await;
     step(t0, "resigned game over");
+    cancelled_elsewhere(x.clone(), s.clone(), &hub, &inbox).await;
+    step(t0, "cancelled game left");
     for c in [x, o, s] {
         let _ = c.close().await;
     }
@@ -167,17 +184,7 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
              super(url, protocols); window.sockets.push(this); } }; return true; })()",
     )
     .await;
-    type_into(&s, "#list-inbox", inbox).await;
-    click(&s, "#list-button").await;
-    let watch = format!("#game-list button[data-game=\"{game}\"]");
-    wait_eq(
-        &s,
-        "spectator",
-        &format!("document.querySelector('{watch}') !== null"),
-        json!(true),
-    )
-    .await;
-    click(&s, &watch).await;
+    watch_from_list(&s, inbox, &game).await;
     wait_eq(&s, "spectator", PHASE, json!("started")).await;
 
     step(t0, "spectator watching");
@@ -524,4 +531,43 @@ async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
         eval(&o, CHECK_TEXT).await,
         json!("Checked in this browser: 3 events link up to the head.")
     );
+}
+
+/// A waiting game cancelled from elsewhere (X's other tab, say): X's page and a
+/// spectator's, both showing it, go back to the lobby saying it is gone, and X's list of
+/// games forgets it.
+async fn cancelled_elsewhere(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str) {
+    click(&x, "#leave").await;
+    click(&s, "#leave").await;
+    let (game, _) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    watch_from_list(&s, inbox, &game).await;
+    wait_eq(&s, "spectator", PHASE, json!("waiting")).await;
+    let token = eval(
+        &x,
+        "JSON.parse(sessionStorage.getItem('pipehub.session')).token",
+    )
+    .await;
+    let token = token.as_str().expect("X's token in the tab").to_owned();
+    let url = hub.url(&format!("/v1/inboxes/{inbox}/games/{game}"));
+    let cancelled = tokio::task::block_in_place(|| {
+        pipehub_tests::Client::new().send("DELETE", &url, Some(&token), None, None)
+    });
+    assert_eq!(cancelled.status, 204, "{}", cancelled.body);
+    let alert = "(() => { const a = document.getElementById('alert'); return !a.hidden && a.textContent; })()";
+    let told = json!(format!(
+        "Game {game} is gone: the game was cancelled by its host."
+    ));
+    for (who, c) in [("X", &x), ("spectator", &s)] {
+        wait_eq(c, who, alert, told.clone()).await;
+        wait_eq(
+            c,
+            who,
+            "document.getElementById('lobby').hidden",
+            json!(false),
+        )
+        .await;
+    }
+    screenshot(&s, "spectator-cancelled").await;
+    let listed = format!("document.querySelector('#mine-list [data-game=\"{game}\"]') !== null");
+    assert_eq!(eval(&x, &listed).await, json!(false));
 }

@@ -516,6 +516,73 @@ async fn the_host_hears_when_its_guest_pairs() {
     assert_eq!(started["keys"]["O"].as_str().map(str::len), Some(64));
 }
 
+/// A game its host cancels is gone, and whoever watched it hears so at once: X's own
+/// socket (a chat box in another tab, say) and a spectator each get `error` `not_found`,
+/// stay open, and watch nothing from then on; X's token opens nothing any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sockets_of_a_cancelled_game_are_told_it_is_gone() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let created = c.post(
+        &hub.url("/v1/inboxes/ws-cancel/games"),
+        None,
+        &json!({"protocol": TTT}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let created = created.json();
+    let (game, token) = (
+        created["game"].as_str().expect("a game").to_string(),
+        created["token"].as_str().expect("a token").to_string(),
+    );
+    let mut x = Ws::connect(&hub).await;
+    x.hello(Some(&token)).await;
+    let mut watcher = Ws::connect(&hub).await;
+    watcher.hello(None).await;
+    watcher
+        .send(json!({"t": "game.subscribe", "inbox": "ws-cancel", "game": game}))
+        .await;
+    assert_eq!(watcher.until("game.state", None).await["phase"], "waiting");
+
+    let cancelled = tokio::task::block_in_place(|| {
+        c.send(
+            "DELETE",
+            &hub.url(&format!("/v1/inboxes/ws-cancel/games/{game}")),
+            Some(&token),
+            None,
+            None,
+        )
+    });
+    assert_eq!(cancelled.status, 204, "{}", cancelled.body);
+    for socket in [&mut x, &mut watcher] {
+        let told = socket.recv().await;
+        assert_eq!(
+            (&told["t"], &told["error"], &told["close"]),
+            (&json!("error"), &json!("not_found"), &json!(false)),
+            "{told}"
+        );
+        assert_eq!(told["detail"], "the game was cancelled by its host");
+        // Open, and watching nothing.
+        socket.send(json!({"t": "game.board"})).await;
+        let board = socket.recv().await;
+        assert_eq!(
+            (&board["t"], &board["error"]),
+            (&json!("error"), &json!("not_found")),
+            "{board}"
+        );
+    }
+    // X's socket is as before its first hello: a move is refused until it says hello.
+    x.send(json!({"t": "game.move", "move": {"row": 0, "col": 0}, "ref": "late"}))
+        .await;
+    let late = x.recv().await;
+    assert_eq!(
+        (&late["t"], &late["error"]),
+        (&json!("error"), &json!("unauthorized")),
+        "{late}"
+    );
+    x.send(json!({"t": "hello", "token": token})).await;
+    assert_eq!(x.recv().await["error"], "unauthorized");
+}
+
 /// A hub told to stop (SIGTERM) closes its sockets as going away (1001) at once, a seat's
 /// and a spectator's alike, so that their clients reconnect rather than wait out the
 /// grace period the hub gives HTTP requests (10 s); and it then exits cleanly.

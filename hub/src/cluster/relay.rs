@@ -135,6 +135,7 @@ fn encode(node: &str, inbox: &str, game: &str, delivery: &Delivery) -> String {
     let (cause, seat) = match delivery.cause {
         Cause::Accepted { seat } => ("a", seat_code(seat)),
         Cause::Phase => ("p", Value::Null),
+        Cause::Cancelled => ("x", Value::Null),
     };
     let v = &delivery.views;
     let views = [&v.x, &v.o, &v.spectator];
@@ -171,6 +172,7 @@ fn decode(message: &str) -> Option<(String, String, String, Delivery)> {
         "a" => Cause::Accepted {
             seat: header["s"].as_str().and_then(Seat::parse),
         },
+        "x" => Cause::Cancelled,
         _ => Cause::Phase,
     };
     Some((
@@ -329,6 +331,14 @@ mod tests {
         }
         assert!(back.views.o.is_none(), "a view not built stays unbuilt");
         assert!(decode("{}\nnot a frame\n\n").is_none());
+        // A cancel crosses with no views at all.
+        let cancelled = Delivery {
+            cause: Cause::Cancelled,
+            views: Views::default(),
+        };
+        let (_, _, _, back) = decode(&encode("n1", "box", "g1", &cancelled)).expect("readable");
+        assert_eq!(back.cause, Cause::Cancelled);
+        assert!(back.views.x.is_none() && back.views.o.is_none() && back.views.spectator.is_none());
     }
 
     #[tokio::test]

@@ -27,7 +27,7 @@ use super::{HubConfig, HubError};
 use crate::inbox::{Capture, Inbox};
 use crate::meta::Meta;
 use crate::metrics::Metrics;
-use crate::rooms::Rooms;
+use crate::rooms::{Publication, Rooms};
 
 /// How many arbiter threads run game actors.
 fn arbiter_count() -> usize {
@@ -478,9 +478,14 @@ impl Hub {
         })
     }
 
-    /// `DELETE …/games/{game}` by X's token before pairing.
+    /// `DELETE …/games/{game}` by X's token before pairing. Whoever watches the game (X's
+    /// own socket, spectators) is told it is gone.
     pub async fn cancel(&self, auth: &SeatAuth) -> Result<(), HubError> {
-        self.engine.seats.cancel(auth).await
+        self.engine.seats.cancel(auth).await?;
+        self.engine
+            .rooms
+            .publish(Publication::cancelled(&auth.inbox, &auth.game));
+        Ok(())
     }
 
     #[cfg(test)]
