@@ -10,8 +10,9 @@
 //! The other tests drive one agent straight over MCP (`mcp_support::Agent`) against an
 //! opponent seated over HTTP, and change the proxy's lie between two calls: a log whose
 //! end is rolled back, a move answered "accepted" and never written, a game registered
-//! with another protocol or rules than asked, and an owed reveal refused for a while by a
-//! rate limit (which the agent must retry by itself).
+//! with another protocol or rules than asked, an owed reveal refused for a while by a
+//! rate limit (which the agent must retry by itself), and a hub that hangs during a
+//! `game_wait`.
 //!
 //! The proxy answers one request per connection; a WebSocket upgrade is passed through
 //! byte for byte, so the agents play through it as they would against the hub itself (an
@@ -41,6 +42,10 @@ enum Lie {
     SwallowPost,
     /// A create request has these fields replaced (another protocol or rules).
     CreateAs(Value),
+    /// Requests are read and never answered: a hub that hangs rather than goes down.
+    Hang,
+    /// Requests reach the hub, and the connection closes before its answer is passed on.
+    LoseAnswer,
 }
 
 /// What the proxy's connections share.
@@ -152,6 +157,11 @@ fn serve(conn: TcpStream, upstream: &str, shared: &Shared) -> std::io::Result<()
     }
     let mut body = vec![0u8; length];
     reader.read_exact(&mut body)?;
+    if lie == Lie::Hang {
+        // Longer than the agent's requests wait (20 s); the connection then just closes.
+        std::thread::sleep(Duration::from_secs(25));
+        return Ok(());
+    }
     let posted_event = method == "POST" && path.ends_with("/events");
     let refused = posted_event
         && shared
@@ -176,6 +186,9 @@ fn serve(conn: TcpStream, upstream: &str, shared: &Shared) -> std::io::Result<()
         if created && status == 201 {
             *shared.created.lock().expect("created") =
                 serde_json::from_str(&text).unwrap_or(Value::Null);
+        }
+        if lie == Lie::LoseAnswer {
+            return Ok(());
         }
         let text = if path.contains("/events?") && status == 200 {
             rewrite(&text, &lie)
@@ -492,6 +505,73 @@ fn a_move_answered_accepted_that_the_log_does_not_hold_is_a_failure() {
     assert_failed(
         &t.x.call("game_board", json!({"game": game})),
         "does not hold it",
+    );
+}
+
+/// A `game_new` whose answer is lost (the hub made the game) leaves no seat file behind:
+/// the seat's token came only in that answer, so its key could never be used.
+#[test]
+fn a_new_game_whose_answer_is_lost_leaves_no_seat_behind() {
+    let (_hub, proxy, work, mut x) = agent_behind_a_proxy();
+    proxy.lie(Lie::LoseAnswer);
+    let lost = x.call("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    assert_eq!(lost["isError"], true, "{lost}");
+    assert_eq!(lost["structuredContent"]["error"], "unreachable", "{lost}");
+    assert_eq!(
+        proxy.created()["game"].as_str().map(|g| g.starts_with('g')),
+        Some(true),
+        "the hub made the game"
+    );
+    let left = mcp_support::seat_files(&work.path().join("x"));
+    assert!(
+        left.is_empty(),
+        "{:?}",
+        left.iter().map(|f| &f.record).collect::<Vec<_>>()
+    );
+    // The agent plays on: the next game is made and kept.
+    proxy.lie(Lie::None);
+    x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    assert_eq!(mcp_support::seat_files(&work.path().join("x")).len(), 1);
+}
+
+/// `game_wait` against a hub that hangs (not down) ends within the wait asked for, as an
+/// error saying the hub did not answer, instead of when the agent's request gives up.
+#[test]
+fn a_wait_on_a_hub_that_hangs_ends_within_its_timeout() {
+    let mut t = Table::new("pipehub:tic-tac-toe", None);
+    let game = t.game.clone();
+    t.x.ok(
+        "game_move",
+        json!({"game": game, "move": {"row": 0, "col": 0}}),
+    );
+    t.proxy.lie(Lie::Hang);
+    let began = std::time::Instant::now();
+    let waited =
+        t.x.call("game_wait", json!({"game": game, "timeoutSeconds": 3}));
+    let took = began.elapsed();
+    assert!(
+        took < Duration::from_secs(8),
+        "game_wait of 3 s took {took:?}: {waited}"
+    );
+    assert_eq!(waited["isError"], true, "{waited}");
+    assert!(
+        waited["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("did not answer within the wait")),
+        "{waited}"
+    );
+    // Once the hub answers again, so does the agent: at the latest once the look its
+    // socket's watcher began during the hang gives up (the agent's 20 s request timeout).
+    t.proxy.lie(Lie::None);
+    t.o_moves(json!({"row": 2, "col": 2}));
+    let back = (0..6).any(|_| {
+        let r =
+            t.x.call("game_wait", json!({"game": game, "timeoutSeconds": 10}));
+        r["isError"] == false && r["structuredContent"]["yourTurn"] == true
+    });
+    assert!(
+        back,
+        "the agent never saw its turn once the hub answered again"
     );
 }
 

@@ -29,6 +29,9 @@ pub const WAIT_MAX: Duration = Duration::from_secs(300);
 /// Even with a healthy socket, a waiting tool looks again this often, so a socket that
 /// silently died costs a few seconds, not the whole wait.
 const WAIT_RECHECK: Duration = Duration::from_secs(10);
+/// The least time a `game_wait` gives one look at the game, even when its wait is shorter
+/// or over: a wait of 0 s still looks once.
+const WAIT_LOOK_MIN: Duration = Duration::from_secs(2);
 
 /// What a tool answers: the seat's state and a note for the model.
 pub struct Answer {
@@ -159,7 +162,7 @@ impl Agent {
             .client
             .create_game(&self.inbox, &protocol, rules, &key)
             .await;
-        let seated = self.refused_seat(&record, seated)?;
+        let seated = self.forget_if_unmade(&record, seated)?;
         let code = seated.pairing_code.clone();
         record.pairing_code = code.clone();
         let mut answer = self.seated(record, seated).await?;
@@ -187,7 +190,7 @@ opponent's person instead"
         let key = record.public_key().unwrap_or_default();
         self.ctx.store.save(&record)?;
         let seated = self.ctx.client.pair(code.trim(), &key).await;
-        let seated = self.refused_seat(&record, seated)?;
+        let seated = self.forget_if_unmade(&record, seated)?;
         if let Ok(held) = self.seat(&seated.game) {
             self.ctx.store.remove(&record)?;
             return Err(AgentError::Usage(format!(
@@ -216,14 +219,16 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         None
     }
 
-    /// A seat the hub refused outright is forgotten; after any other failure its file is
-    /// kept, since the hub may have registered the key before the answer was lost.
-    fn refused_seat(
+    /// A seat that was not made is forgotten, its file and key with it: refused by the hub,
+    /// or with its answer lost. The hub may have seated the key before an answer was lost,
+    /// but the seat's token comes only in that answer, so this agent could never act for
+    /// it (a file kept for it was an unused key on disk, and nothing more).
+    fn forget_if_unmade(
         &self,
         record: &SeatRecord,
         seated: Result<Seated, AgentError>,
     ) -> Result<Seated, AgentError> {
-        if let Err(AgentError::Hub { .. }) = &seated {
+        if seated.is_err() {
             self.ctx.store.remove(record)?;
         }
         seated
@@ -310,9 +315,31 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         let handle = self.seat(game)?;
         let deadline = tokio::time::Instant::now() + timeout.min(WAIT_MAX);
         let mut changed = handle.changed.subscribe();
+        let mut last: Option<Snapshot> = None;
         loop {
             changed.borrow_and_update();
-            let snap = handle.sync(&self.ctx).await?;
+            // Each look is bounded by what is left of the wait: against a hub that hangs
+            // (not down), a look would take its requests' own timeout, 20 s, past the wait
+            // the person asked for. A look cut short is one that did not happen: what the
+            // agent signs is on disk before it is sent (see `SeatHandle::post`).
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let snap =
+                match tokio::time::timeout(left.max(WAIT_LOOK_MIN), handle.sync(&self.ctx)).await {
+                    Ok(snap) => snap?,
+                    Err(_) => {
+                        return match last {
+                            Some(snap) => {
+                                let note =
+                                "The wait timed out, and the hub did not answer the last look: \
+this is the game as last verified. Call game_wait again.";
+                                Ok(Answer::of(&snap, Some(note.into())))
+                            }
+                            None => Err(AgentError::Transport(
+                                "the hub did not answer within the wait".into(),
+                            )),
+                        };
+                    }
+                };
             if state::your_turn(&snap) || state::is_over(&snap) {
                 return Ok(Answer::of(&snap, None));
             }
@@ -321,6 +348,7 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
                 let note = "The wait timed out: the game still waits for the opponent. Call game_wait again.";
                 return Ok(Answer::of(&snap, Some(note.into())));
             }
+            last = Some(snap);
             let step = (deadline - now).min(WAIT_RECHECK);
             let _ = tokio::time::timeout(step, changed.changed()).await;
         }
