@@ -251,6 +251,37 @@ fn the_rate_limit_refuses_with_retry_after_and_recovers() {
     assert!(metrics.contains("pipehub_rate_limited_requests_total{limit=\"events\"} 2"));
 }
 
+/// A game is its creator's address's, even when the create carries a seat token: each new
+/// game's token was a fresh person with its own budget and its own open-games cap, so a
+/// chain of tokens made games without end.
+#[test]
+fn a_seat_token_is_no_fresh_budget_or_cap_for_creating_games() {
+    let hub = Hub::start(&["--rate-limit", "5/60", "--max-open-games", "2"]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/hosts/games");
+    let create = |token: Option<&str>| c.post(&url, token, &json!({"protocol": TTT}));
+    let first = create(None);
+    assert_eq!(first.status, 201, "{}", first.body);
+    let token = first.json()["token"].as_str().expect("a token").to_string();
+    let second = create(Some(&token));
+    assert_eq!(second.status, 201, "{}", second.body);
+    let next = second.json()["token"]
+        .as_str()
+        .expect("a token")
+        .to_string();
+    // The address holds its cap of 2, whichever of its tokens it sends.
+    for sent in [None, Some(token.as_str()), Some(next.as_str())] {
+        let capped = create(sent);
+        assert_eq!(capped.status, 409, "{}", capped.body);
+        assert_eq!(capped.error(), "too_many_games");
+    }
+    // The five creates spent its budget of 5: the next is rate limited, with a token too.
+    let limited = create(Some(&next));
+    assert_eq!(limited.status, 429, "{}", limited.body);
+    // A token that opens nothing is still refused as one.
+    assert_eq!(create(Some("no-such-token")).status, 401);
+}
+
 #[test]
 fn kill_9_mid_game_loses_no_acknowledged_event_and_the_game_goes_on() {
     let mut hub = Hub::start(&[]);

@@ -84,8 +84,8 @@ pub struct Args {
     )]
     pub rate_limit: RateSpec,
 
-    /// Open seated games one person may host at once (waiting, paired or unfinished; 0: no
-    /// cap).
+    /// Open seated games one client address may host at once (waiting, paired or
+    /// unfinished; 0: no cap).
     #[arg(
         long,
         env = "PIPEHUB_MAX_OPEN_GAMES",

@@ -18,6 +18,7 @@ use super::events::{posted_response, PostedBody, PAGE_DEFAULT, PAGE_MAX};
 use super::extract::{self, REQUEST_BODY_LIMIT};
 use super::AppState;
 use crate::game::{CreateGame, HubError, Phase};
+use crate::limits::Person;
 
 /// `POST /v1/inboxes/{inbox}/games`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -114,8 +115,16 @@ pub async fn create_game(
 ) -> Result<HttpResponse, ApiError> {
     let inbox = path.into_inner();
     extract::check_inbox(&inbox)?;
-    let caller = extract::caller(&state, &req).await?;
-    extract::charge(&state, &caller).await?;
+    // A token sent along must still open a seat (401 otherwise, as anywhere), but the game
+    // is its client address's, charged to and capped for that address: every seat token
+    // is minted by a create or a pair, so with the token as the person each new game's
+    // token was a fresh budget and a fresh cap (docs/decisions.md).
+    extract::caller(&state, &req).await?;
+    let host = extract::Caller {
+        auth: None,
+        person: Person::Address(extract::address(&state, &req)),
+    };
+    extract::charge(&state, &host).await?;
     let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
     let body: CreateGameBody = extract::parse_request(&body)?;
     let create = CreateGame {
@@ -126,7 +135,7 @@ pub async fn create_game(
     };
     let created = state
         .hub
-        .create_game(&inbox, create, &caller.person_key())
+        .create_game(&inbox, create, &host.person_key())
         .await?;
     Ok(HttpResponse::Created().json(created))
 }
