@@ -57,6 +57,7 @@
     stale_seq: 'the board changed before your move arrived; try again',
     bad_seq: 'the board changed before your move arrived; try again',
     phase: 'that is not possible at this point of the round',
+    already_chosen: 'you chose already this round; choose again in the next',
     bad_move: 'that is not a move of this game',
     rate_limited: 'too many actions at once; wait a moment',
     not_started: 'the game has not started yet',

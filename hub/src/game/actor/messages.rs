@@ -138,6 +138,20 @@ impl Handler<Choose> for GameActor {
                 if board.outcome().is_over() {
                     return Err(HubError::Refused(Refusal::new(Reason::AfterEnd)));
                 }
+                // A seat that chose this round (its commit sealed, or being written) chooses
+                // again once the round is over. Held until then, a second choice shared the
+                // slot of the committed one: the reveal emptied it, the held choice was never
+                // committed, and the seat stayed marked as holding one for good. (A commit
+                // of ours that the referee refused leaves `writing` empty: the seat may
+                // choose again.)
+                let committing =
+                    self.writing.is_some() && self.choice[s].is_some() && !self.held[s];
+                if committing || board.sealed_commit(msg.seat).is_some() {
+                    return Err(HubError::Refused(Refusal::with(
+                        Reason::IllegalMove,
+                        "already_chosen",
+                    )));
+                }
                 let my_turn = matches!(
                     board.custody(msg.seat),
                     Some(games::protocol::CustodyStep::Commit)

@@ -37,20 +37,7 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
         .await
         .expect("commit");
     assert_eq!(p.verdict, Verdict::Accepted);
-    let mut seq = 0;
-    for _ in 0..100 {
-        seq = f
-            .hub
-            .state(INBOX, &x.game, Viewer::Spectator)
-            .await
-            .expect("state")
-            .seq
-            .unwrap_or(0);
-        if seq >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let seq = wait_for_seq(&f, &x.game, 4).await;
     assert_eq!(seq, 4, "commit, commit, reveal, reveal");
     let export = f.hub.export(INBOX, &x.game).await.expect("export");
     let lines: Vec<Value> = export
@@ -297,6 +284,61 @@ async fn a_hub_held_seat_sends_its_choice_and_nothing_else() {
         .await
         .expect("commit");
     assert_eq!(p.verdict, Verdict::Accepted);
+}
+
+#[actix_rt::test]
+async fn a_second_choice_in_a_round_is_refused_and_the_next_round_commits_at_once() {
+    // A second choice after the seat's commit was answered "held" and shared the slot of
+    // the committed one: the reveal emptied it, it was never committed, the seat's next
+    // choice was held too, and the seat stayed counted as holding a choice for good.
+    let f = open(config()).await;
+    let (x, o) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+    let first = f
+        .hub
+        .post_move(&x, json!({"choice": "rock"}))
+        .await
+        .expect("commit");
+    assert_eq!(first.verdict, Verdict::Accepted);
+    match f.hub.post_move(&x, json!({"choice": "paper"})).await {
+        Err(HubError::Refused(r)) => assert_eq!(
+            (r.reason, r.detail.as_deref()),
+            (Reason::IllegalMove, Some("already_chosen"))
+        ),
+        other => panic!("a second choice in the round: {other:?}"),
+    }
+    assert_eq!(f.metrics.held_choices.get(), 0);
+    let x_view = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::X))
+        .await
+        .expect("state");
+    assert_eq!(
+        x_view
+            .view
+            .as_ref()
+            .and_then(|v| v.value().get("pendingChoice").cloned()),
+        Some(json!("rock")),
+        "X's view shows the choice it committed"
+    );
+    let answer = f
+        .hub
+        .post_move(&o, json!({"choice": "scissors"}))
+        .await
+        .expect("commit");
+    assert_eq!(answer.verdict, Verdict::Accepted);
+    assert_eq!(
+        wait_for_seq(&f, &x.game, 4).await,
+        4,
+        "both commits, both reveals"
+    );
+    // The next round: X's choice is its commit, at once.
+    let next = f
+        .hub
+        .post_move(&x, json!({"choice": "paper"}))
+        .await
+        .expect("commit");
+    assert_eq!(next.verdict, Verdict::Accepted);
+    assert_eq!(f.metrics.held_choices.get(), 0);
 }
 
 #[actix_rt::test]

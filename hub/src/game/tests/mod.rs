@@ -85,6 +85,25 @@ async fn post(f: &Fixture, ev: Event, auth: Option<SeatAuth>) -> Result<Posted, 
     f.hub.post_event(INBOX, ev, raw, auth).await
 }
 
+/// Waits (at most a second) until the game's spectator view reaches `want`; its last seq.
+async fn wait_for_seq(f: &Fixture, game: &str, want: u64) -> u64 {
+    let mut seq = 0;
+    for _ in 0..100 {
+        seq = f
+            .hub
+            .state(INBOX, game, Viewer::Spectator)
+            .await
+            .expect("state")
+            .seq
+            .unwrap_or(0);
+        if seq >= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    seq
+}
+
 fn rc(r: i64, c: i64) -> Option<Value> {
     Some(json!({"row": r, "col": c}))
 }
