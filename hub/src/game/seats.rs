@@ -1029,7 +1029,9 @@ impl Seats {
         };
         let (reg, before) = match found {
             Ok(Some(found)) => found,
-            Ok(None) => return spent(HubError::NotFound("the game was cancelled".into())).await,
+            // Cancelled while this pair waited for its turn: its code died with it, and is
+            // answered as any dead code is (section 4: 410), not as one never issued.
+            Ok(None) => return spent(HubError::CodeUsed).await,
             Err(e) => return spent(e).await,
         };
         if reg.paired || reg.code_hash.as_deref() != Some(hash.as_str()) {
