@@ -91,6 +91,15 @@ impl ApiError {
         )
     }
 
+    /// 415 for a body in an encoding the hub does not read (it decompresses nothing).
+    pub fn unsupported_encoding() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body uncompressed, without a Content-Encoding other than identity",
+        )
+    }
+
     /// A section-1 refusal of a body (400 with the reason as the code; `too_large` 413).
     pub fn input(refusal: Refusal) -> Self {
         let status = if refusal.reason == games::Reason::TooLarge {

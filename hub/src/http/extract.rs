@@ -188,7 +188,22 @@ pub async fn read_body(
     if !is_json(req) {
         return Err(ApiError::unsupported_media_type());
     }
+    // A compressed body would be read as JSON, and refused as malformed JSON it never was.
+    if !is_identity(req) {
+        return Err(ApiError::unsupported_encoding());
+    }
     Ok(body)
+}
+
+/// No `Content-Encoding`, or only `identity`.
+fn is_identity(req: &HttpRequest) -> bool {
+    req.headers().get_all(header::CONTENT_ENCODING).all(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',').all(|coding| {
+                coding.trim().eq_ignore_ascii_case("identity") || coding.trim().is_empty()
+            })
+        })
+    })
 }
 
 /// `application/json`, with or without parameters such as `charset=utf-8`.
@@ -268,6 +283,23 @@ mod tests {
         assert_eq!(from_proxy(&["6.6.6.6, 203.0.113.9"]), ip("203.0.113.9"));
         // None: the proxy itself.
         assert_eq!(from_proxy(&[]), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn a_compressed_body_is_an_unsupported_media_type() {
+        let with = |codings: &[&str]| {
+            let mut req = TestRequest::default();
+            for coding in codings {
+                req = req.append_header(("content-encoding", *coding));
+            }
+            is_identity(&req.to_http_request())
+        };
+        assert!(with(&[]));
+        assert!(with(&["identity"]));
+        assert!(with(&["Identity, identity"]));
+        assert!(!with(&["gzip"]));
+        assert!(!with(&["identity", "br"]));
+        assert!(!with(&["identity, deflate"]));
     }
 
     #[test]
