@@ -43,6 +43,7 @@
     checked: null, // {game, seq}: the board the last chain check was made on
     listInbox: null, // the inbox the watch list shows, and where its next page starts
     listNext: null,
+    listAsked: 0, // how many listings were asked for: only the latest one's answer is shown
     expiryTimer: null,
     skew: 0, // the hub's clock minus this computer's, in ms, from its answers' Date header
   };
@@ -57,6 +58,7 @@
     stale_seq: 'the board changed before your move arrived; try again',
     bad_seq: 'the board changed before your move arrived; try again',
     phase: 'that is not possible at this point of the round',
+    'bestOf:odd': 'best of must be an odd number',
     already_chosen: 'you chose already this round; choose again in the next',
     bad_move: 'that is not a move of this game',
     rate_limited: 'too many actions at once; wait a moment',
@@ -187,8 +189,17 @@
 
   // Forgetting a seat loses its token for good: say what that means first. A host's
   // game that nobody joined yet is cancelled with it, so it stops counting as open.
+  // Whether anyone joined is asked of the hub: the code this browser kept says nothing
+  // of a guest who joined while its page was closed.
   async function onForget(x) {
-    const waitingHost = x.seat === 'X' && Boolean(x.pairingCode);
+    let waitingHost = false;
+    if (x.seat === 'X') {
+      try {
+        waitingHost = (await api('GET', gamePath(x.inbox, x.game))).phase === 'waiting';
+      } catch (e) {
+        waitingHost = false;
+      }
+    }
     const question = waitingHost
       ? 'Forget game ' + x.game + '? Nobody has joined it yet: it will be cancelled.'
       : 'Forget your seat ' + x.seat + ' in game ' + x.game + '? This browser will no longer be able to play or resign it, and the game stays open until it ends.';
@@ -197,11 +208,30 @@
       try {
         await api('DELETE', gamePath(x.inbox, x.game), undefined, x.token);
       } catch (e) {
-        // Joined meanwhile, or gone already: the seat is forgotten all the same.
+        // Gone already (another tab cancelled it): forgotten all the same. Joined since
+        // the question, or not cancelled for another reason: the seat is kept, and why.
+        if (e.status !== 401 && e.status !== 404) {
+          showAlert(e.code === 'already_paired'
+            ? 'Game ' + x.game + ' was joined just now, so it was not cancelled; your seat is kept.'
+            : 'Could not cancel game ' + x.game + ', so your seat is kept: ' + e.message);
+          return;
+        }
       }
     }
     forgetSeat(x);
     ($('mine').hidden ? $('create-protocol') : $('mine-title')).focus();
+  }
+
+  // The pairing code another tab asked for (a fresh one) replaces the one this tab shows.
+  function adoptKeptCode() {
+    const s = S.session;
+    if (!s || s.mode !== 'seat') return;
+    const kept = loadSeats().find((x) => sameSeat(x, s));
+    if (!kept || (kept.pairingCode === s.pairingCode && kept.expiresAt === s.expiresAt)) return;
+    s.pairingCode = kept.pairingCode;
+    s.expiresAt = kept.expiresAt;
+    saveSession();
+    render();
   }
 
   function renderSeats() {
@@ -254,6 +284,28 @@
     else if (state.view && state.view.toMove) where = state.view.toMove === seat ? 'your turn' : 'waiting for ' + state.view.toMove;
     else where = 'in progress';
     return name ? name + ', ' + where : where;
+  }
+
+  // Runs `work` with `button` disabled, so that a second click does nothing meanwhile, and
+  // gives the focus back to the button when disabling it took the focus away.
+  async function whileBusy(button, work) {
+    if (button.disabled) return;
+    const focused = document.activeElement === button;
+    button.disabled = true;
+    try {
+      await work();
+    } finally {
+      button.disabled = false;
+      const lost = document.activeElement === null || document.activeElement === document.body;
+      if (focused && lost && button.offsetParent !== null) button.focus();
+    }
+  }
+
+  // What is wrong with an inbox name, in words, or null: the hub's rule, checked here so
+  // that a name such as ".." is not first taken apart by the browser as part of a path.
+  function inboxProblem(inbox) {
+    if (/^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/.test(inbox)) return null;
+    return 'an inbox name is 1 to 128 letters, digits and . _ : - and starts with a letter or digit';
   }
 
   function gamePath(inbox, game) {
@@ -340,6 +392,8 @@
       let range = param.min !== undefined && param.max !== undefined ? ' (' + param.min + '–' + param.max + ')' : '';
       // A line can be no longer than the board's longer side.
       if (name === 'winLength' && params.rows && params.cols) range = ' (1 to the longer side)';
+      // A best-of is odd, so that a game cannot end level.
+      if (name === 'bestOf' && range) range = ' (odd, ' + range.slice(2);
       row.appendChild(el('label', { htmlFor: id }, name + range));
       let input;
       if (param.type === 'boolean') {
@@ -378,6 +432,9 @@
         rules[name] = n;
       }
     }
+    if (rules.bestOf !== undefined && rules.bestOf % 2 === 0) {
+      throw new Error('bestOf must be an odd number, so that a game cannot end level');
+    }
     if (rules.winLength !== undefined && rules.rows !== undefined && rules.cols !== undefined && rules.winLength > Math.max(rules.rows, rules.cols)) {
       throw new Error('winLength can be at most the board\'s longer side (' + Math.max(rules.rows, rules.cols) + ')');
     }
@@ -393,6 +450,10 @@
       showAlert('Choose a game and an inbox.');
       return;
     }
+    if (inboxProblem(inbox)) {
+      showAlert('Check the inbox: ' + inboxProblem(inbox) + '.');
+      return;
+    }
     let rules;
     try {
       rules = readRules();
@@ -400,26 +461,24 @@
       showAlert('Check the rules: ' + e.message + '.');
       return;
     }
-    const button = $('create-button');
-    button.disabled = true;
-    try {
-      const body = { protocol, rules, signed: $('create-signed').checked };
-      const c = await api('POST', gamePath(inbox), body);
-      enterGame({
-        mode: 'seat',
-        inbox: c.inbox,
-        game: c.game,
-        seat: c.seat,
-        token: c.token,
-        pairingCode: c.pairingCode,
-        expiresAt: c.expiresAt,
-      });
-      log('You created the game and sit as ' + c.seat + '.');
-    } catch (e) {
-      showAlert('Could not create the game: ' + e.message);
-    } finally {
-      button.disabled = false;
-    }
+    await whileBusy($('create-button'), async () => {
+      try {
+        const body = { protocol, rules, signed: $('create-signed').checked };
+        const c = await api('POST', gamePath(inbox), body);
+        enterGame({
+          mode: 'seat',
+          inbox: c.inbox,
+          game: c.game,
+          seat: c.seat,
+          token: c.token,
+          pairingCode: c.pairingCode,
+          expiresAt: c.expiresAt,
+        });
+        log('You created the game and sit as ' + c.seat + '.');
+      } catch (e) {
+        showAlert('Could not create the game: ' + e.message);
+      }
+    });
   }
 
   async function onJoin(event) {
@@ -430,35 +489,40 @@
       showAlert('Type the pairing code you were given.');
       return;
     }
-    const button = $('join-button');
-    button.disabled = true;
-    try {
-      const p = await api('POST', '/v1/pair', { code });
-      enterGame({ mode: 'seat', inbox: p.inbox, game: p.game, seat: p.seat, token: p.token });
-      log('You joined the game and sit as ' + p.seat + '.');
-    } catch (e) {
-      showAlert('Could not join: ' + (e.code === 'not_found' ? 'no game has this code' : e.message) + '.');
-    } finally {
-      button.disabled = false;
-    }
+    await whileBusy($('join-button'), async () => {
+      try {
+        const p = await api('POST', '/v1/pair', { code });
+        enterGame({ mode: 'seat', inbox: p.inbox, game: p.game, seat: p.seat, token: p.token });
+        log('You joined the game and sit as ' + p.seat + '.');
+      } catch (e) {
+        showAlert('Could not join: ' + (e.code === 'not_found' ? 'no game has this code' : e.message) + '.');
+      }
+    });
   }
 
   async function onList(event) {
     event.preventDefault();
     const inbox = $('list-inbox').value.trim();
     if (!inbox) return;
-    $('game-list').textContent = '';
+    if (inboxProblem(inbox)) {
+      showAlert('Check the inbox: ' + inboxProblem(inbox) + '.');
+      return;
+    }
     await listPage(inbox, null);
   }
 
-  // One page of an inbox's games, newest first, added to the list; "More games" asks for
-  // the next one while the hub says there is one.
+  // One page of an inbox's games, newest first, added to the list (the first page replaces
+  // it); "More games" asks for the next one while the hub says there is one. Only the
+  // answer to the latest request is shown: two clicks in a row listed each game twice.
   async function listPage(inbox, after) {
     showAlert('');
     const list = $('game-list');
+    const asked = ++S.listAsked;
     try {
       const query = '?limit=' + LIST_PAGE + (after ? '&after=' + encodeURIComponent(after) : '');
       const data = await api('GET', gamePath(inbox) + query);
+      if (asked !== S.listAsked) return;
+      if (!after) list.textContent = '';
       const items = (data && data.items) || [];
       S.listInbox = inbox;
       S.listNext = data && typeof data.next === 'string' ? data.next : null;
@@ -481,7 +545,7 @@
         if (last) last.focus();
       }
     } catch (e) {
-      showAlert('Could not list games: ' + e.message);
+      if (asked === S.listAsked) showAlert('Could not list games: ' + e.message);
     }
   }
 
@@ -490,6 +554,10 @@
     const game = $('watch-id').value.trim();
     if (!inbox || !game) {
       showAlert('Type the inbox and the id of the game to watch.');
+      return;
+    }
+    if (inboxProblem(inbox)) {
+      showAlert('Check the inbox: ' + inboxProblem(inbox) + '.');
       return;
     }
     showAlert('');
@@ -518,6 +586,14 @@
   function enterGame(session) {
     resetGameView();
     S.session = session;
+    // A code this tab kept may have been replaced from another tab meanwhile.
+    if (session.mode === 'seat') {
+      const kept = loadSeats().find((x) => sameSeat(x, session));
+      if (kept) {
+        session.pairingCode = kept.pairingCode;
+        session.expiresAt = kept.expiresAt;
+      }
+    }
     saveSession();
     if (session.mode === 'seat') rememberSeat(session);
     $('leave-hint').hidden = session.mode !== 'seat';
@@ -551,32 +627,38 @@
   async function onNewCode() {
     const s = S.session;
     if (!s || s.mode !== 'seat') return;
-    try {
-      const c = await api('POST', gamePath(s.inbox, s.game) + '/code', undefined, s.token);
-      s.pairingCode = c.pairingCode;
-      s.expiresAt = c.expiresAt;
-      saveSession();
-      rememberSeat(s);
-      log('A fresh pairing code replaces the old one.');
-      render();
-    } catch (e) {
-      if (e.status === 401) return seatGone(s);
-      showAlert('Could not get a new code: ' + e.message);
-    }
+    await whileBusy($('new-code'), async () => {
+      try {
+        const c = await api('POST', gamePath(s.inbox, s.game) + '/code', undefined, s.token);
+        s.pairingCode = c.pairingCode;
+        s.expiresAt = c.expiresAt;
+        saveSession();
+        rememberSeat(s);
+        log('A fresh pairing code replaces the old one.');
+        render();
+      } catch (e) {
+        if (e.status === 401) return seatGone(s);
+        showAlert('Could not get a new code: ' + e.message);
+      }
+    });
   }
 
+  // One cancel at a time: a double click's second one found the game gone, and its
+  // failure replaced the news that the game was cancelled.
   async function onCancel() {
     const s = S.session;
     if (!s || s.mode !== 'seat') return;
-    try {
-      await api('DELETE', gamePath(s.inbox, s.game), undefined, s.token);
-      forgetSeat(s);
-      leaveGame();
-      showAlert('The game was cancelled.');
-    } catch (e) {
-      if (e.status === 401) return seatGone(s);
-      showAlert('Could not cancel: ' + e.message);
-    }
+    await whileBusy($('cancel-game'), async () => {
+      try {
+        await api('DELETE', gamePath(s.inbox, s.game), undefined, s.token);
+        forgetSeat(s);
+        leaveGame();
+        showAlert('The game was cancelled.');
+      } catch (e) {
+        if (e.status === 401) return seatGone(s);
+        showAlert('Could not cancel: ' + e.message);
+      }
+    });
   }
 
   // The hub no longer knows this seat's token: its game was cancelled (from another tab,
@@ -927,6 +1009,10 @@
     const s = S.session;
     const t = S.truth;
     if (!s) return;
+    // The pairing box goes when the guest joins, the actions when the game ends: focus on
+    // a control in one of them then moves to the status line, where the news is told,
+    // rather than falling to the page itself.
+    const focusIn = ['pairing', 'actions'].filter((id) => !$(id).hidden && $(id).contains(document.activeElement));
     const board = $('board');
     setText($('game-title'), 'Game ' + s.game);
     const who = s.mode === 'seat' ? 'You play ' + s.seat : 'You are watching';
@@ -961,6 +1047,7 @@
       $('resign-confirm').hidden = true;
       $('resign').hidden = false;
     }
+    if (focusIn.some((id) => $(id).hidden)) $('status').focus();
 
     if (!started) {
       drawText(t ? t.board : '');
@@ -1298,7 +1385,9 @@
     renderSeats();
     // Another tab took or forgot a seat.
     window.addEventListener('storage', (e) => {
-      if (e.key === SEATS_KEY) renderSeats();
+      if (e.key !== SEATS_KEY) return;
+      renderSeats();
+      adoptKeptCode();
     });
 
     const code = new URLSearchParams(location.search).get('code');

@@ -10,7 +10,11 @@
 //! SHA-256 and Ed25519, and must refuse a log altered on its way in. Then a game of
 //! rock-paper-scissors where O's early choice is held by the hub (shown on O's page, never
 //! on X's), and an unsigned one of connect-four that ends by resignation, whose chain the
-//! page checks by its links alone. Screenshots of each step are written to
+//! page checks by its links alone. Then a waiting game cancelled from elsewhere, which
+//! sends X's page and a spectator's back to the lobby saying so, and the lobby's edges:
+//! focus handed on when the pairing box goes, Forget of a seat whose guest joined while X
+//! was away, double clicks on Cancel and List, an inbox name the browser would take apart.
+//! Screenshots of each step are written to
 //! `target/tmp/browser/` for a person to look at.
 //!
 //! These tests install nothing: without `chromedriver` and `chromium` they fail and name
@@ -150,6 +154,8 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     step(t0, "resigned game over");
     cancelled_elsewhere(x.clone(), s.clone(), &hub, &inbox).await;
     step(t0, "cancelled game left");
+    lobby_edges(x.clone(), s.clone(), &hub, &inbox).await;
+    step(t0, "lobby edges");
     for c in [x, o, s] {
         let _ = c.close().await;
     }
@@ -570,4 +576,105 @@ async fn cancelled_elsewhere(x: Client, s: Client, hub: &pipehub_tests::Hub, inb
     screenshot(&s, "spectator-cancelled").await;
     let listed = format!("document.querySelector('#mine-list [data-game=\"{game}\"]') !== null");
     assert_eq!(eval(&x, &listed).await, json!(false));
+}
+
+/// Pairs a game over HTTP, as a guest elsewhere would, by its code.
+fn pair_elsewhere(hub: &pipehub_tests::Hub, code: &str) {
+    let paired = tokio::task::block_in_place(|| {
+        pipehub_tests::Client::new().post(&hub.url("/v1/pair"), None, &json!({"code": code}))
+    });
+    assert_eq!(paired.status, 200, "{}", paired.body);
+}
+
+/// What an outside audit of the page found at its edges: the focus on a control that goes
+/// away (the pairing box once the guest joins), "Forget" judged by a code this browser kept
+/// though the guest joined meanwhile, a double click on Cancel or List, and an inbox name
+/// the browser would take apart as a path.
+async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str) {
+    const FOCUSED: &str = "document.activeElement && document.activeElement.id";
+    // The guest joins while X's focus is on Copy: it moves to the status line.
+    let (_, code) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    eval(&x, "document.getElementById('copy-code').focus() || true").await;
+    pair_elsewhere(hub, &code);
+    wait_eq(
+        &x,
+        "X",
+        "document.getElementById('pairing').hidden",
+        json!(true),
+    )
+    .await;
+    wait_eq(&x, "X", FOCUSED, json!("status")).await;
+    click(&x, "#leave").await;
+
+    // X leaves a waiting game, and its guest joins while X is away: Forget warns of a seat
+    // given up, not of a cancel, and the game goes on.
+    let (game, code) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    click(&x, "#leave").await;
+    pair_elsewhere(hub, &code);
+    eval(
+        &x,
+        "(() => { window.asked = null; window.confirm = (q) => { window.asked = q; return true; }; return true; })()",
+    )
+    .await;
+    click(
+        &x,
+        &format!("#mine-list button[aria-label=\"Forget seat X of game {game}\"]"),
+    )
+    .await;
+    wait_eq(
+        &x,
+        "X",
+        "String(window.asked).startsWith('Forget your seat X in game')",
+        json!(true),
+    )
+    .await;
+    let listed = format!("document.querySelector('#mine-list [data-game=\"{game}\"]') !== null");
+    wait_eq(&x, "X", &listed, json!(false)).await;
+    let state = tokio::task::block_in_place(|| {
+        pipehub_tests::Client::new().get(&hub.url(&format!("/v1/inboxes/{inbox}/games/{game}")))
+    });
+    assert_eq!(state.status, 200, "{}", state.body);
+    assert_ne!(state.json()["phase"], "waiting", "{}", state.body);
+
+    // A double click on Cancel cancels once, and says so.
+    create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    eval(
+        &x,
+        "(() => { const b = document.getElementById('cancel-game'); b.click(); b.click(); return true; })()",
+    )
+    .await;
+    let alert = "(() => { const a = document.getElementById('alert'); return !a.hidden && a.textContent; })()";
+    wait_eq(&x, "X", alert, json!("The game was cancelled.")).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(eval(&x, alert).await, json!("The game was cancelled."));
+
+    // A double click on List lists each game once (the spectator is in the lobby).
+    type_into(&s, "#list-inbox", inbox).await;
+    eval(
+        &s,
+        "(() => { const b = document.getElementById('list-button'); b.click(); b.click(); return true; })()",
+    )
+    .await;
+    let rows = "document.querySelectorAll('#game-list button[data-game]').length";
+    wait_eq(&s, "spectator", &format!("{rows} > 0"), json!(true)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        eval(
+            &s,
+            "(() => { const ids = Array.from(document.querySelectorAll('#game-list button[data-game]'), (b) => b.dataset.game); return ids.length === new Set(ids).size; })()"
+        )
+        .await,
+        json!(true),
+        "a game listed twice"
+    );
+    // ".." is no inbox: the page says so rather than asking the hub for another path.
+    type_into(&s, "#list-inbox", "..").await;
+    click(&s, "#list-button").await;
+    wait_eq(
+        &s,
+        "spectator",
+        alert,
+        json!("Check the inbox: an inbox name is 1 to 128 letters, digits and . _ : - and starts with a letter or digit."),
+    )
+    .await;
 }
