@@ -810,7 +810,9 @@
     // A game to watch that the hub does not know: back to the lobby, saying so.
     if (msg.error === 'not_found' && s.mode === 'watch' && !S.truth) {
       leaveGame();
-      showAlert('There is no game ' + s.game + ' in inbox ' + s.inbox + '.');
+      // The hub's words when there is more to say (a game stored but not refereed).
+      const more = msg.detail && msg.detail !== 'no such game' ? ': ' + String(msg.detail) : '';
+      showAlert('There is no game ' + s.game + ' to watch in inbox ' + s.inbox + more + '.');
       return;
     }
     // The game shown is gone: its host cancelled it (from another tab, say), and the hub
