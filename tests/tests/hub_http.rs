@@ -282,6 +282,32 @@ fn a_seat_token_is_no_fresh_budget_or_cap_for_creating_games() {
     assert_eq!(create(Some("no-such-token")).status, 401);
 }
 
+/// A made-up method is answered 405 and counted as `other`: each one a series of its own
+/// let any client grow the metrics (and the hub's memory) without end.
+#[test]
+fn made_up_methods_do_not_grow_the_metrics() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let url = hub.url("/v1/protocols");
+    for i in 0..20 {
+        let res = c.send(&format!("FOO{i}"), &url, None, None, None);
+        assert_eq!(res.status, 405, "{}", res.body);
+    }
+    let metrics = c.get(&hub.url("/metrics")).body;
+    assert!(!metrics.contains("FOO"), "a made-up method became a label");
+    assert!(
+        metrics.contains(
+            "pipehub_http_requests_total{method=\"other\",route=\"/v1/protocols\",status=\"405\"} 20"
+        ),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("pipehub_http_requests_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 #[test]
 fn kill_9_mid_game_loses_no_acknowledged_event_and_the_game_goes_on() {
     let mut hub = Hub::start(&[]);

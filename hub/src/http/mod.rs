@@ -85,7 +85,9 @@ pub fn app(
         }))
         .wrap_fn(move |req, srv| {
             let started = Instant::now();
-            let method = req.method().as_str().to_owned();
+            // The standard methods by name, any other as `other`: a label a client chooses
+            // freely (405 for any made-up method) would be a new series each time.
+            let method = method_label(req.method());
             let metrics = metrics.clone();
             srv.call(req).map(move |res| {
                 if let Ok(res) = &res {
@@ -95,7 +97,7 @@ pub fn app(
                         .unwrap_or_else(|| "unmatched".into());
                     metrics
                         .http_requests
-                        .with_label_values(&[&method, &route, res.status().as_str()])
+                        .with_label_values(&[method, &route, res.status().as_str()])
                         .inc();
                     metrics
                         .http_duration
@@ -136,6 +138,23 @@ pub fn admin(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                 "the admin address serves /healthz, /readyz and /metrics only",
             ))
         }));
+    }
+}
+
+/// The `method` label of `pipehub_http_requests_total`: one of a closed set.
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
     }
 }
 
