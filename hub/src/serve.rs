@@ -183,6 +183,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics: metrics.clone(),
         trusted_proxies: Arc::new(config.trusted_proxies.clone()),
         registry: Arc::new(registry),
+        stopping: Arc::default(),
     };
     let housekeeping = actix_rt::spawn(housekeep(state.clone()));
 
@@ -265,6 +266,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(joined) => joined.map_err(|e| ServeError::Server(std::io::Error::other(e))),
         None => {
             tracing::info!("stopping: finishing requests in flight");
+            // Not ready from now on (the admin address answers a while longer): a load
+            // balancer that polls `/readyz` stops sending new clients while these drain.
+            state.stopping.store(true, Ordering::Relaxed);
             // WebSocket sessions answer what they are running and close as going away;
             // left open, they would hold the server for its whole grace period.
             let _ = going_away.send(true);

@@ -308,6 +308,45 @@ fn made_up_methods_do_not_grow_the_metrics() {
     );
 }
 
+/// A hub told to stop says so on `/readyz` at once, while it still drains the requests in
+/// flight, so that a load balancer sends it nothing new; it used to answer 200 there
+/// until its main address had closed.
+#[test]
+fn a_stopping_hub_is_not_ready_while_it_drains() {
+    use std::io::Write;
+    let mut hub = Hub::start(&["--admin-listen", "127.0.0.1:0"]);
+    let c = Client::new();
+    let readyz = format!("{}/readyz", hub.admin.clone().expect("an admin address"));
+    assert_eq!(c.get(&readyz).status, 200);
+    // A request still arriving: the hub waits for it (up to its grace period) as it stops.
+    let addr = hub.base.trim_start_matches("http://").to_string();
+    let mut slow = std::net::TcpStream::connect(&addr).expect("a connection");
+    slow.write_all(
+        b"POST /v1/inboxes/drain/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+    )
+    .expect("half a request");
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = hub.pid().expect("running").to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut said = Vec::new();
+    while Instant::now() < deadline {
+        let res = c.get(&readyz);
+        said.push(res.status);
+        if res.status == 503 {
+            assert_eq!(res.error(), "unavailable");
+            assert!(res.body.contains("the hub is stopping"), "{}", res.body);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(said.last(), Some(&503), "readyz while stopping: {said:?}");
+    drop(slow);
+    assert_eq!(hub.terminate(), Some(0));
+}
+
 #[test]
 fn kill_9_mid_game_loses_no_acknowledged_event_and_the_game_goes_on() {
     let mut hub = Hub::start(&[]);

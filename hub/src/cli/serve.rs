@@ -58,8 +58,14 @@ pub struct Args {
 
     /// Redis URL (redis://HOST:PORT/DB) of a store shared by several hub nodes, which then
     /// act as one hub: shards are leased to live nodes and move when one dies. Needs
-    /// --secret / PIPEHUB_SECRET, the same on every node.
-    #[arg(long, env = "PIPEHUB_REDIS", value_name = "URL")]
+    /// --secret / PIPEHUB_SECRET, the same on every node. (Its value is not shown in
+    /// `--help`: the URL may hold a password.)
+    #[arg(
+        long,
+        env = "PIPEHUB_REDIS",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub redis: Option<String>,
 
     /// The hub secret (at least 16 bytes, used as raw bytes): hub-held seat keys and

@@ -51,6 +51,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub trusted_proxies: Arc<Vec<IpNet>>,
     pub registry: Arc<::games::Registry>,
+    /// Set when the hub begins to stop: `/readyz` answers 503 from then on, while the main
+    /// address still drains its requests, so a load balancer sends nothing new.
+    pub stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The application: routes, JSON error handlers and request metrics.

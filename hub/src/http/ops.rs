@@ -2,7 +2,8 @@
 //! and `/v1/openapi.json`.
 //!
 //! `/healthz` says the process answers; `/readyz` says it can take writes (the store is
-//! ready), which is what a load balancer should route on. Neither touches a game.
+//! ready) and is not stopping, which is what a load balancer should route on. Neither
+//! touches a game.
 
 use actix_web::{web, HttpResponse};
 use serde::Serialize;
@@ -39,13 +40,18 @@ pub async fn healthz() -> HttpResponse {
     responses((status = 200, description = "ready", body = Health),
               (status = 503, description = "the store cannot take writes", body = ErrorBody)))]
 pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    if state.hub.ready() {
-        HttpResponse::Ok().json(Health { status: "ok" })
-    } else {
+    let unready = |detail: &str| {
         HttpResponse::ServiceUnavailable().json(ErrorBody {
             error: "unavailable".into(),
-            detail: Some("the store cannot take writes".into()),
+            detail: Some(detail.into()),
         })
+    };
+    if state.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+        unready("the hub is stopping")
+    } else if state.hub.ready() {
+        HttpResponse::Ok().json(Health { status: "ok" })
+    } else {
+        unready("the store cannot take writes")
     }
 }
 

@@ -133,14 +133,16 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, StoreError> {
         .set_connection_timeout(RESPONSE_TIMEOUT)
         .set_number_of_retries(2)
         .set_max_delay(500);
+    // Where it tried, for the message: host and port (or socket path), never the password.
+    let at = client.get_connection_info().addr.to_string();
     ConnectionManager::new_with_config(client, config)
         .await
         .map_err(|e| match e.kind() {
             redis::ErrorKind::ParseError => StoreError::Unavailable(format!(
-                "--redis: the server there does not answer as Redis does ({})",
+                "--redis: the server at {at} does not answer as Redis does ({})",
                 e.to_string().lines().next().unwrap_or_default()
             )),
-            _ => unavailable(e),
+            _ => StoreError::Unavailable(format!("redis at {at}: {e}")),
         })
 }
 
