@@ -51,6 +51,9 @@ pub struct Config {
     /// TCP connections one peer address (an IPv6 /64) may hold open, trusted proxies and
     /// loopback aside; 0: no cap.
     pub max_connections_per_address: u32,
+    /// How long a connection may hold data its client does not take before the kernel
+    /// closes it (`TCP_USER_TIMEOUT`); `None`: the system's default.
+    pub send_timeout: Option<std::time::Duration>,
     /// Captures one game may have.
     pub max_captures_per_game: u64,
     /// Proxies whose `X-Forwarded-For` is believed.
@@ -80,6 +83,7 @@ impl Default for Config {
             max_open_games: 20,
             max_sockets_per_address: 256,
             max_connections_per_address: 512,
+            send_timeout: Some(std::time::Duration::from_secs(30)),
             max_captures_per_game: 10_000,
             trusted_proxies: Vec::new(),
             default_protocol: games::Registry::DEFAULT_REF.into(),

@@ -218,10 +218,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .configure(::relay::configure(ws.clone()))
             .configure(::relay::page::configure)
     });
-    // Without a cap, no `on_connect` at all: it gives every connection a data map.
-    let server = match connection_cap {
-        Some(cap) => server.on_connect(move |io, data| cap.on_connect(io, data)),
-        None => server,
+    // Without a cap or a send timeout, no `on_connect` at all: it gives every connection a
+    // data map.
+    let send_timeout = config.send_timeout;
+    let server = match (connection_cap, send_timeout) {
+        (None, None) => server,
+        (cap, _) => server.on_connect(move |io, data| {
+            if let Some(timeout) = send_timeout {
+                connections::set_send_timeout(io, timeout);
+            }
+            if let Some(cap) = &cap {
+                cap.on_connect(io, data);
+            }
+        }),
     };
     let server = server
         .disable_signals()

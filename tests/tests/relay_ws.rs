@@ -461,6 +461,63 @@ async fn a_client_that_never_reads_is_dropped_without_delaying_other_games() {
     assert_eq!(x.until("game.state", None).await["seq"], 5);
 }
 
+/// The hub's open files, its connections among them.
+fn open_files(hub: &Hub) -> usize {
+    let pid = hub.pid().expect("the hub runs");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// A client that never reads is not only dropped by its session: its connection, which
+/// still held the frames handed to it (and their memory), is closed too, within the send
+/// timeout. It stayed open for as long as the client kept it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_has_its_connection_closed() {
+    let hub = Hub::start(&["--send-timeout", "2"]);
+    let c = Client::new();
+    let big = Game::new(
+        &hub,
+        &c,
+        "ws-never",
+        json!({"protocol": TTT, "rules": {"rows": 64, "cols": 64, "winLength": 5}}),
+    );
+    let before = open_files(&hub);
+    let mut lazy = Ws::connect_small(&hub).await;
+    lazy.hello(Some(&big.x)).await;
+    let sender = tokio::spawn(async move {
+        use futures_util::SinkExt;
+        let ask = json!({"t": "game.board"}).to_string();
+        for _ in 0..5000 {
+            let frame = tokio_tungstenite::tungstenite::Message::text(ask.clone());
+            let sent = tokio::time::timeout(Duration::from_secs(2), lazy.socket.send(frame)).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                break;
+            }
+        }
+        // Kept, unread, for the rest of the test.
+        lazy
+    });
+    let closed = tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            // Whichever came first, the session's drop (`slow`) or the kernel's close.
+            if websocket_connections(&hub, &c) == Some(0) && open_files(&hub) <= before {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        false
+    });
+    let lazy = sender.await.expect("the asks were sent");
+    assert!(
+        closed,
+        "the connection of a client that does not read stayed open: {} files against {before}",
+        open_files(&hub)
+    );
+    drop(lazy);
+}
+
 /// `pipehub_websocket_connections` from the hub's metrics.
 fn websocket_connections(hub: &Hub, c: &Client) -> Option<u64> {
     metric(hub, c, "pipehub_websocket_connections")

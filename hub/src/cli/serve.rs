@@ -122,6 +122,19 @@ pub struct Args {
     )]
     pub max_connections_per_address: u32,
 
+    /// Seconds a connection may hold data its client does not take (its receive window
+    /// shut) before the kernel closes it (TCP_USER_TIMEOUT; 0: the system's default, about
+    /// 15 minutes). A WebSocket client that does not read is dropped by the relay after
+    /// 10 s; this frees what its connection still holds.
+    #[arg(
+        long,
+        env = "PIPEHUB_SEND_TIMEOUT",
+        default_value_t = 30,
+        value_name = "SECONDS",
+        value_parser = clap::value_parser!(u64).range(0..=3600)
+    )]
+    pub send_timeout: u64,
+
     /// Captures (accepted or not) one game may have; further posts get 409 (0: no cap).
     #[arg(
         long,
@@ -212,6 +225,7 @@ impl Args {
             max_open_games: self.max_open_games,
             max_sockets_per_address: self.max_sockets_per_address,
             max_connections_per_address: self.max_connections_per_address,
+            send_timeout: (self.send_timeout > 0).then(|| Duration::from_secs(self.send_timeout)),
             max_captures_per_game: self.max_captures_per_game,
             trusted_proxies: self.trusted_proxy,
             default_protocol: self.default_protocol,
@@ -316,6 +330,7 @@ mod tests {
         assert_eq!(c.meta_pacing.siblings, meta::PACING.siblings);
         assert_eq!(c.max_sockets_per_address, 0, "0 turns the cap off");
         assert_eq!(c.max_connections_per_address, 3);
+        assert_eq!(c.send_timeout, Some(Duration::from_secs(30)), "the default");
         let defaults = Wrapper::try_parse_from(["serve"]).expect("no flags").args;
         let defaults = defaults.into_config();
         assert_eq!(
@@ -330,5 +345,12 @@ mod tests {
         assert!(Wrapper::try_parse_from(["serve", "--trusted-proxy", "nope"]).is_err());
         assert!(Wrapper::try_parse_from(["serve", "--inbox-pacing-us", "100001"]).is_err());
         assert!(Wrapper::try_parse_from(["serve", "--meta-pacing-us", "-1"]).is_err());
+        let off = Wrapper::try_parse_from(["serve", "--send-timeout", "0"]).expect("valid");
+        assert_eq!(
+            off.args.into_config().send_timeout,
+            None,
+            "0: the system's default"
+        );
+        assert!(Wrapper::try_parse_from(["serve", "--send-timeout", "3601"]).is_err());
     }
 }

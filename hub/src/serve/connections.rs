@@ -83,6 +83,20 @@ impl ConnectionCap {
     }
 }
 
+/// For `HttpServer::on_connect`: a connection whose client takes none of the data waiting
+/// for it (its receive window shut) for `timeout` is closed by the kernel
+/// (`TCP_USER_TIMEOUT`, which also bounds zero-window probing). A WebSocket session drops a
+/// client that does not read, but the frames already handed to the connection kept it
+/// open, and its memory held (about 1 MiB a socket of big boards), for as long as the
+/// client kept it; a connection of a client that reads is not touched.
+pub fn set_send_timeout(io: &dyn Any, timeout: std::time::Duration) {
+    if let Some(tcp) = io.downcast_ref::<TcpStream>() {
+        if let Err(e) = socket2::SockRef::from(tcp).set_tcp_user_timeout(Some(timeout)) {
+            tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
