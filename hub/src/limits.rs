@@ -115,6 +115,26 @@ impl Person {
     pub fn seat(token: &str) -> Person {
         Person::Seat(Sha256::digest(token.as_bytes()).into())
     }
+
+    /// The person at client address `ip`: its [`client_of`].
+    pub fn address(ip: IpAddr) -> Person {
+        Person::Address(client_of(ip))
+    }
+}
+
+/// The client an address belongs to, for every limit counted per address: an IPv4
+/// address, or an IPv6 address's /64 (as the socket and connection caps count). One IPv6
+/// host commonly holds a whole /64 and may send each request from another address of it:
+/// counted per address, its rate limit, its open-games cap and its failed pairings came
+/// each 2^64 times over. An IPv4 address written as IPv6 (`::ffff:a.b.c.d`) is that IPv4
+/// address.
+pub fn client_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(v6) & !u128::from(u64::MAX),
+        )),
+        v4 => v4,
+    }
 }
 
 /// The client address of a request that arrived from `peer` with the given
@@ -347,6 +367,23 @@ impl PairingLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv6_client_is_its_slash_64_and_a_mapped_ipv4_address_its_ipv4_one() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        assert_eq!(client_of(ip("2001:db8:1:2::1")), ip("2001:db8:1:2::"));
+        assert_eq!(
+            client_of(ip("2001:db8:1:2:ffff:1:2:3")),
+            ip("2001:db8:1:2::")
+        );
+        assert_ne!(client_of(ip("2001:db8:1:3::1")), ip("2001:db8:1:2::"));
+        assert_eq!(client_of(ip("203.0.113.9")), ip("203.0.113.9"));
+        assert_eq!(client_of(ip("::ffff:203.0.113.9")), ip("203.0.113.9"));
+        assert_eq!(
+            Person::address(ip("2001:db8::5")),
+            Person::address(ip("2001:db8::6"))
+        );
+    }
     use governor::clock::FakeRelativeClock;
 
     fn spec(s: &str) -> RateSpec {

@@ -282,6 +282,45 @@ fn a_seat_token_is_no_fresh_budget_or_cap_for_creating_games() {
     assert_eq!(create(Some("no-such-token")).status, 401);
 }
 
+/// Every limit counted per client address counts an IPv6 client by its /64: one host
+/// holds a whole /64, and sending each request from another of its addresses made a new
+/// client each time (a fresh rate limit, a fresh open-games cap, fresh failed pairings).
+#[test]
+fn an_ipv6_client_is_counted_by_its_slash_64() {
+    let hub = Hub::start(&[
+        "--trusted-proxy",
+        "127.0.0.1/32",
+        "--rate-limit",
+        "4/60",
+        "--max-open-games",
+        "2",
+    ]);
+    let from = |addr: &str, path: &str, body: Value| -> (u16, String) {
+        let res = ureq::post(&hub.url(path))
+            .set("X-Forwarded-For", addr)
+            .set("Content-Type", "application/json")
+            .send_string(&body.to_string());
+        match res {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    };
+    let create = |addr: &str| from(addr, "/v1/inboxes/six/games", json!({"protocol": TTT}));
+    // Each request from another address of one /64: one client, whose cap is 2.
+    assert_eq!(create("2001:db8:1:2::1").0, 201);
+    assert_eq!(create("2001:db8:1:2::2").0, 201);
+    let (status, body) = create("2001:db8:1:2::3");
+    assert_eq!(status, 409, "{body}");
+    // Its budget of 4 is spent too (three creates and this one).
+    let (status, body) = create("2001:db8:1:2:ffff::4");
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = create("2001:db8:1:2::5");
+    assert_eq!(status, 429, "{body}");
+    // Another /64 is another client.
+    assert_eq!(create("2001:db8:1:3::1").0, 201);
+}
+
 /// A made-up method is answered 405 and counted as `other`: each one a series of its own
 /// let any client grow the metrics (and the hub's memory) without end.
 #[test]

@@ -98,7 +98,7 @@ pub async fn caller(state: &AppState, req: &HttpRequest) -> Result<Caller, ApiEr
     match bearer(req)? {
         None => Ok(Caller {
             auth: None,
-            person: Person::Address(address),
+            person: Person::address(address),
         }),
         Some(token) => {
             let auth = state

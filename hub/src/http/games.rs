@@ -122,7 +122,7 @@ pub async fn create_game(
     extract::caller(&state, &req).await?;
     let host = extract::Caller {
         auth: None,
-        person: Person::Address(extract::address(&state, &req)),
+        person: Person::address(extract::address(&state, &req)),
     };
     extract::charge(&state, &host).await?;
     let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
@@ -152,7 +152,8 @@ pub async fn pair(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let address = extract::address(&state, &req);
+    // Failed pairings count per client: an IPv4 address or an IPv6 /64.
+    let address = crate::limits::client_of(extract::address(&state, &req));
     state
         .pairing
         .check_any(address, Instant::now())
