@@ -83,6 +83,21 @@ fn kubernetes_manifests_name_their_kind_and_the_hub_is_ready_on_readyz() {
                     .expect("a Deployment has containers");
                 let probe = &containers[0]["readinessProbe"]["httpGet"]["path"];
                 assert_eq!(probe.as_str(), Some("/readyz"), "{name}");
+                // A pause before SIGTERM (the pod leaves the endpoints meanwhile), then the
+                // hub's 10 s drain, within the grace period.
+                let pause = &containers[0]["lifecycle"]["preStop"]["exec"]["command"];
+                let pause: Vec<&str> = pause.as_vec().map_or(Vec::new(), |c| {
+                    c.iter().filter_map(|w| w.as_str()).collect()
+                });
+                assert_eq!(pause.first(), Some(&"sleep"), "{name}: preStop {pause:?}");
+                let secs: i64 = pause.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+                let grace = doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+                    .as_i64()
+                    .unwrap_or(30);
+                assert!(
+                    secs > 0 && secs + 10 < grace,
+                    "{name}: {secs} s + 10 s in {grace} s"
+                );
             }
         }
     }
