@@ -167,11 +167,9 @@ impl ResponseError for ApiError {
 
 impl From<HubError> for ApiError {
     fn from(err: HubError) -> Self {
+        // A server error is logged where its route and path are known (`http::app`).
         let status =
             StatusCode::from_u16(err.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        if status.is_server_error() {
-            tracing::warn!(error = %err, "request failed");
-        }
         ApiError {
             status,
             code: err.code().to_string(),

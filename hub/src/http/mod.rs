@@ -102,6 +102,17 @@ pub fn app(
                         .http_requests
                         .with_label_values(&[method, &route, res.status().as_str()])
                         .inc();
+                    // A failure that is the hub's (a store down, say), with where it met
+                    // it: the path names the inbox and game; tokens are never in a path.
+                    if res.status().is_server_error() {
+                        let error = res.response().error().map(ToString::to_string);
+                        tracing::warn!(
+                            method,
+                            path = res.request().path(),
+                            error = error.as_deref().unwrap_or(""),
+                            "request failed"
+                        );
+                    }
                     metrics
                         .http_duration
                         .with_label_values(&[&route])
