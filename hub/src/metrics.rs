@@ -49,7 +49,10 @@ pub struct Metrics {
     /// `slow` (dropped for not reading its frames) or `shutdown`. Every label is present
     /// from the start.
     pub websocket_closed: IntCounterVec,
-    /// `pipehub_capture_to_verdict_seconds`: from a capture being durable to its verdict.
+    /// `pipehub_capture_to_verdict_seconds`: from a capture's stamp (taken as its batch is
+    /// written, before the fsync; in whole milliseconds, as the store keeps it, so the
+    /// buckets under 1 ms stay empty) to its verdict. With Redis the stamp is the
+    /// appending node's clock.
     pub capture_to_verdict: Histogram,
     /// `pipehub_verdict_to_relay_seconds`: from a verdict to its views handed to the room.
     pub verdict_to_relay: Histogram,
@@ -190,7 +193,7 @@ impl Metrics {
             },
             capture_to_verdict: histogram(
                 "pipehub_capture_to_verdict_seconds",
-                "Time from a capture being durable to its verdict.",
+                "Time from a capture's stamp (taken as it is written, in whole milliseconds) to its verdict.",
                 latency_buckets(),
             )?,
             verdict_to_relay: histogram(
@@ -300,7 +303,7 @@ impl Metrics {
             .inc();
     }
 
-    /// Records the time from a capture being durable to its verdict.
+    /// Records the time from a capture's stamp to its verdict.
     pub fn observe_capture_to_verdict(&self, elapsed: Duration) {
         self.capture_to_verdict.observe(elapsed.as_secs_f64());
     }
