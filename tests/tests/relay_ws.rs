@@ -381,19 +381,7 @@ async fn a_client_that_never_reads_is_dropped_without_delaying_other_games() {
     let mut lazy = Ws::connect_small(&hub).await;
     lazy.hello(Some(&big.x)).await;
     let asked = 5000;
-    let lazy_task = tokio::spawn(async move {
-        use futures_util::SinkExt;
-        let ask = json!({"t": "game.board"}).to_string();
-        for _ in 0..asked {
-            // The hub may cut the client off before all asks are out.
-            let frame = tokio_tungstenite::tungstenite::Message::text(ask.clone());
-            let sent = tokio::time::timeout(Duration::from_secs(2), lazy.socket.send(frame)).await;
-            if !matches!(sent, Ok(Ok(()))) {
-                break;
-            }
-        }
-        lazy
-    });
+    let lazy_task = tokio::spawn(ask_boards_unread(lazy, asked));
 
     // Meanwhile another game is played over sockets, each move seen by the opponent fast.
     let mut x = Ws::connect(&hub).await;
@@ -461,6 +449,21 @@ async fn a_client_that_never_reads_is_dropped_without_delaying_other_games() {
     assert_eq!(x.until("game.state", None).await["seq"], 5);
 }
 
+/// Sends `asked` `game.board`s on `lazy` and reads nothing; stops early once the hub cuts
+/// the client off. Gives the socket back, unread.
+async fn ask_boards_unread(mut lazy: Ws, asked: usize) -> Ws {
+    use futures_util::SinkExt;
+    let ask = json!({"t": "game.board"}).to_string();
+    for _ in 0..asked {
+        let frame = tokio_tungstenite::tungstenite::Message::text(ask.clone());
+        let sent = tokio::time::timeout(Duration::from_secs(2), lazy.socket.send(frame)).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            break;
+        }
+    }
+    lazy
+}
+
 /// The hub's open files, its connections among them.
 fn open_files(hub: &Hub) -> usize {
     let pid = hub.pid().expect("the hub runs");
@@ -485,19 +488,8 @@ async fn a_client_that_never_reads_has_its_connection_closed() {
     let before = open_files(&hub);
     let mut lazy = Ws::connect_small(&hub).await;
     lazy.hello(Some(&big.x)).await;
-    let sender = tokio::spawn(async move {
-        use futures_util::SinkExt;
-        let ask = json!({"t": "game.board"}).to_string();
-        for _ in 0..5000 {
-            let frame = tokio_tungstenite::tungstenite::Message::text(ask.clone());
-            let sent = tokio::time::timeout(Duration::from_secs(2), lazy.socket.send(frame)).await;
-            if !matches!(sent, Ok(Ok(()))) {
-                break;
-            }
-        }
-        // Kept, unread, for the rest of the test.
-        lazy
-    });
+    // Kept, unread, for the rest of the test.
+    let sender = tokio::spawn(ask_boards_unread(lazy, 5000));
     let closed = tokio::task::block_in_place(|| {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
@@ -528,17 +520,22 @@ fn metric(hub: &Hub, c: &Client, series: &str) -> Option<u64> {
     Some(metric_sum(c, hub, series) as u64)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_host_hears_when_its_guest_pairs() {
-    let hub = Hub::start(&[]);
-    let c = Client::new();
+/// A tic-tac-toe game created in `inbox` and not paired: the create's answer.
+fn waiting_game(hub: &Hub, c: &Client, inbox: &str) -> Value {
     let created = c.post(
-        &hub.url("/v1/inboxes/ws-pair/games"),
+        &hub.url(&format!("/v1/inboxes/{inbox}/games")),
         None,
         &json!({"protocol": TTT}),
     );
     assert_eq!(created.status, 201, "{}", created.body);
-    let created = created.json();
+    created.json()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_hears_when_its_guest_pairs() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let created = waiting_game(&hub, &c, "ws-pair");
     let mut x = Ws::connect(&hub).await;
     let token = created["token"].as_str().expect("a token").to_string();
     let (_, state) = x.hello(Some(&token)).await;
@@ -580,13 +577,7 @@ async fn the_host_hears_when_its_guest_pairs() {
 async fn the_sockets_of_a_cancelled_game_are_told_it_is_gone() {
     let hub = Hub::start(&[]);
     let c = Client::new();
-    let created = c.post(
-        &hub.url("/v1/inboxes/ws-cancel/games"),
-        None,
-        &json!({"protocol": TTT}),
-    );
-    assert_eq!(created.status, 201, "{}", created.body);
-    let created = created.json();
+    let created = waiting_game(&hub, &c, "ws-cancel");
     let (game, token) = (
         created["game"].as_str().expect("a game").to_string(),
         created["token"].as_str().expect("a token").to_string(),
