@@ -229,9 +229,9 @@ impl Engine {
 
     /// Which count an entry is in: 0 started and in progress, 1 finished, else none.
     fn listed_class(entry: &Listed) -> Option<usize> {
-        match (entry.phase, entry.result) {
-            (super::Phase::Started, Some(r)) if r.status != "in_progress" => Some(1),
-            (super::Phase::Started, _) => Some(0),
+        match entry.phase {
+            _ if entry.is_over() => Some(1),
+            super::Phase::Started => Some(0),
             _ => None,
         }
     }

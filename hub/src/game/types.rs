@@ -174,6 +174,12 @@ impl Listed {
         }
     }
 
+    /// Whether the entry is final: a started game with a result other than in progress.
+    pub fn is_over(&self) -> bool {
+        self.phase == super::state::Phase::Started
+            && self.result.is_some_and(|r| r.status != "in_progress")
+    }
+
     pub fn summary(&self, game: &str) -> GameSummary {
         GameSummary {
             game: game.to_string(),

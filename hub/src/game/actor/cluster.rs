@@ -175,6 +175,13 @@ impl Handler<CatchUp> for GameActor {
 
     fn handle(&mut self, _msg: CatchUp, _ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
+        AtomicResponse::new(self.caught_up())
+    }
+}
+
+impl GameActor {
+    /// Reads the verdicts recorded since the last read and follows them.
+    pub(super) fn caught_up(&mut self) -> ResponseActFuture<Self, Result<(), HubError>> {
         let skip = self.copy.indexed.unwrap_or(0);
         let fut = fetch(
             self.engine.clone(),
@@ -182,10 +189,10 @@ impl Handler<CatchUp> for GameActor {
             self.game.clone(),
             skip,
         );
-        AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, _| {
+        Box::pin(fut.into_actor(self).map(move |res, act, _| {
             act.follow(res?, skip);
             Ok(())
-        })))
+        }))
     }
 }
 

@@ -10,9 +10,10 @@ use games::{Seat, Viewer};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use super::{idx, GameActor};
+use super::{idx, GameActor, FINISHED_LINGER};
 use crate::game::custody;
 use crate::game::state::GameState;
+use crate::game::types::GameSummary;
 use crate::game::writer::{self, Posting};
 use crate::game::HubError;
 use crate::inbox::{Capture, Record};
@@ -48,6 +49,44 @@ impl Handler<Snapshot> for GameActor {
     fn handle(&mut self, msg: Snapshot, _ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
         self.state(msg.0)
+    }
+}
+
+/// A game's listing entry, for a listing that holds none for it (or, on a node that only
+/// adjudicates the game elsewhere, none it knows to be final). `catch_up`: the game is
+/// adjudicated on another node, so this actor first follows the verdicts recorded there
+/// (as [`CatchUp`](super::CatchUp) does).
+///
+/// Unlike every other message it is not activity. An actor started only to be listed stops
+/// as soon as a finished game's would, not after the idle time, so a reader paging through
+/// an inbox after a restart does not keep every unfinished game it lists in memory. The
+/// entry it leaves behind answers the next listing without an actor.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<GameSummary, HubError>")]
+pub struct Summarize {
+    pub catch_up: bool,
+}
+
+impl Handler<Summarize> for GameActor {
+    type Result = AtomicResponse<Self, Result<GameSummary, HubError>>;
+
+    fn handle(&mut self, msg: Summarize, ctx: &mut Self::Context) -> Self::Result {
+        if self.last_active == self.born {
+            ctx.run_later(FINISHED_LINGER, |act, ctx| {
+                if act.last_active == act.born && act.writing.is_none() {
+                    act.stop_if_idle(FINISHED_LINGER, ctx);
+                }
+            });
+        }
+        let caught_up = if msg.catch_up {
+            self.caught_up()
+        } else {
+            Box::pin(fut::ready(Ok(())))
+        };
+        AtomicResponse::new(Box::pin(caught_up.map(|res, act, _| {
+            res?;
+            Ok(super::summary(&act.state(Viewer::Spectator)?))
+        })))
     }
 }
 

@@ -21,7 +21,7 @@ mod cluster;
 mod messages;
 
 pub use cluster::{CatchUp, Kick, Retire, TakenOver};
-pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot};
+pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot, Summarize};
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -102,6 +102,9 @@ pub struct GameActor {
     /// that changes in it).
     listed: Option<(Phase, Option<ResultView>)>,
     last_active: Instant,
+    /// When the actor started: `last_active` is still this while only listings
+    /// ([`Summarize`]) have asked for it.
+    born: Instant,
     /// In a cluster: whether this is a copy of a game another node adjudicates.
     copy: cluster::Following,
 }
@@ -109,6 +112,7 @@ pub struct GameActor {
 impl GameActor {
     pub fn new(engine: Arc<Engine>, inbox: String, game: String, desk: Arc<Desk>) -> Self {
         let chain = GameChain::new(&engine.config.registry);
+        let born = Instant::now();
         GameActor {
             engine,
             inbox: inbox.into(),
@@ -125,7 +129,8 @@ impl GameActor {
             write_failures: 0,
             start_waiters: Vec::new(),
             listed: None,
-            last_active: Instant::now(),
+            last_active: born,
+            born,
             copy: cluster::Following::default(),
         }
     }

@@ -43,7 +43,7 @@ impl Hub {
             .is_some_and(|c| !c.owns(shard))
     }
 
-    fn elsewhere(&self, inbox: &str, game: &str) -> bool {
+    pub(super) fn elsewhere(&self, inbox: &str, game: &str) -> bool {
         self.adjudicated_elsewhere(self.engine.inbox.shard_of(inbox, game))
     }
 

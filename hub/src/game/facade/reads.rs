@@ -7,7 +7,7 @@ use games::{Event, Viewer};
 use serde_json::Value;
 
 use super::Hub;
-use crate::game::actor::{self, Export, Snapshot};
+use crate::game::actor::{Export, Snapshot, Summarize};
 use crate::game::state::{GameState, Phase};
 use crate::game::types::{CaptureItem, GameSummary, Listing, Verdict};
 use crate::game::HubError;
@@ -175,16 +175,17 @@ impl Hub {
             for entry in batch {
                 budget -= 1;
                 before = Some(entry.order);
-                // A game another node adjudicates: this node's copy catches up first.
-                self.catch_up(inbox, &entry.game).await?;
+                // A game another node adjudicates may have moved on there, unless it is
+                // over. An actor woken only for this stops again at once (`Summarize`).
+                let elsewhere = self.elsewhere(inbox, &entry.game);
                 let summary = match self.engine.listed(inbox, &entry.game) {
-                    Some(s) => Some(s.summary(&entry.game)),
-                    None => self
-                        .engine
-                        .ask(inbox, &entry.game, Snapshot(Viewer::Spectator))
-                        .await?
-                        .ok()
-                        .map(|s| actor::summary(&s)),
+                    Some(s) if !elsewhere || s.is_over() => Some(s.summary(&entry.game)),
+                    _ => {
+                        let ask = Summarize {
+                            catch_up: elsewhere,
+                        };
+                        self.engine.ask(inbox, &entry.game, ask).await?.ok()
+                    }
                 };
                 if let Some(s) = summary.filter(|s| s.phase == Phase::Started) {
                     items.push(s);

@@ -272,6 +272,62 @@ async fn the_game_listing_shows_waiting_and_started_games() {
     );
 }
 
+/// Waits up to 5 s for the hub's resident actors to come to `n`; returns the count then.
+async fn resident_reach(f: &Fixture, n: usize) -> usize {
+    for _ in 0..250 {
+        if f.hub.resident_actors() == n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f.hub.resident_actors()
+}
+
+#[actix_rt::test]
+async fn a_listing_after_a_restart_does_not_keep_the_games_it_lists_in_memory() {
+    // After a restart the hub has no listing entry for a game until an actor has seen it,
+    // so a listing rebuilds each unfinished game it pages through. Those actors stop again
+    // at once, not after the idle time: a reader paging a big inbox cannot hold all its
+    // open games in memory.
+    let inbox = MemInbox::new(2);
+    let meta = Arc::new(MemMeta::default());
+    let f = open_on(inbox.clone(), meta.clone(), config()).await;
+    for i in 0..20 {
+        post(&f, event(&format!("open{i}"), 0, "", Seat::X, None), None)
+            .await
+            .expect("posted");
+    }
+    f.hub.shutdown().await;
+
+    let mut c = config();
+    c.actor_idle = Duration::from_secs(60);
+    let g = open_on(inbox, meta, c).await;
+    assert_eq!(g.hub.resident_actors(), 0);
+    let page = g.hub.games(INBOX, None, None, 50).await.expect("page");
+    assert_eq!(page.items.len(), 20);
+    assert!(page.items.iter().all(|s| s.phase == Phase::Started));
+    // One of them is read for itself at once: it stays for the idle time.
+    g.hub
+        .state(INBOX, "open5", Viewer::Spectator)
+        .await
+        .expect("state");
+    assert_eq!(
+        resident_reach(&g, 1).await,
+        1,
+        "the listed games left memory"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        g.hub.resident_actors(),
+        1,
+        "the game read for itself stayed"
+    );
+    // The entries stay, so the next listing rebuilds nothing.
+    let again = g.hub.games(INBOX, None, None, 50).await.expect("page");
+    assert_eq!(again.items, page.items);
+    assert_eq!(g.hub.resident_actors(), 1);
+}
+
 #[actix_rt::test]
 async fn the_game_listing_pages_through_every_game_once_newest_first() {
     let f = open(config()).await;
