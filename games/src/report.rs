@@ -146,12 +146,14 @@ impl Entry {
         serde_json::to_string(&repr).unwrap_or_default()
     }
 
-    /// The entry as one plain line (no newline).
+    /// The entry as one plain line (no newline). A detail can quote the log's own text
+    /// (an unknown rule's name), so its control characters are escaped: a log must not be
+    /// able to write lines of its own into the report, or steer a terminal.
     pub fn to_plain(&self) -> String {
         let detail = self
             .detail
             .as_ref()
-            .map(|d| format!(" {d}"))
+            .map(|d| format!(" {}", plain_text(d)))
             .unwrap_or_default();
         let reason = self.reason.map_or("", Reason::code);
         let line = self.line.unwrap_or(0);
@@ -181,6 +183,34 @@ impl Entry {
             rejected: Vec::new(),
         }
     }
+}
+
+/// `text` with backslashes, control characters and the characters that break or reorder
+/// a line (U+2028, U+2029, bidirectional controls) escaped as Rust writes them (`\n`,
+/// `\u{1b}`); anything else as it is.
+fn plain_text(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        c == '\\'
+            || c.is_control()
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+            )
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c)
+    };
+    if !text.contains(unsafe_char) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
 }
 
 /// One game being read.

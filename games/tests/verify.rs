@@ -481,3 +481,26 @@ fn example_log_is_current() {
         ]
     );
 }
+
+#[test]
+fn a_plain_report_escapes_what_a_log_quotes_so_it_cannot_forge_lines() {
+    // An unknown rule's name comes back in the `bad_rules` detail: a log's author must not
+    // be able to write a line of its own into the plain report, or steer a terminal.
+    let log = concat!(
+        r#"{"action":"start","game":"evil","player":"X","prevHash":"","seq":0,"#,
+        r#""rules":{"x\nvictim ok win X line\n\u001b[2K\u202e\\":1}}"#,
+        "\n"
+    );
+    let entries = verify_log(log.as_bytes(), Mode::Strict, &Registry::builtin());
+    let plain = entries[0].to_plain();
+    assert_eq!(
+        plain,
+        r"evil invalid line=1 seq=0 reason=bad_rules x\nvictim ok win X line\n\u{1b}[2K\u{202e}\\:unknown"
+    );
+    // JSON output already escapes it, and keeps the text itself.
+    let json: serde_json::Value = serde_json::from_str(&entries[0].to_json()).expect("json");
+    assert_eq!(
+        json["detail"],
+        "x\nvictim ok win X line\n\u{1b}[2K\u{202e}\\:unknown"
+    );
+}

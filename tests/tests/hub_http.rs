@@ -166,6 +166,29 @@ fn a_second_start_is_two_genesis() {
 }
 
 #[test]
+fn a_rejection_before_any_start_still_has_the_whole_422_shape() {
+    // Section 5: a refereed rejection is `{"error", "detail", "capture", "state"}`; a game
+    // with no accepted start has no state yet, so it is null, not missing.
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/early/events");
+    let mv = json!({"game": "e1", "seq": 1, "prevHash": "ab".repeat(32), "player": "X",
+                    "action": "move", "move": {"row": 0, "col": 0}});
+    let bad_rules = json!({"game": "e2", "seq": 0, "prevHash": "", "player": "X",
+                           "action": "start", "protocol": TTT, "rules": {"rows": 0}});
+    for (ev, reason) in [(mv, "no_start"), (bad_rules, "bad_rules")] {
+        let refused = c.post(&url, None, &ev);
+        assert_eq!(refused.status, 422, "{}", refused.body);
+        assert_eq!(refused.error(), reason);
+        let body = refused.json();
+        for key in ["error", "detail", "capture", "state"] {
+            assert!(body.get(key).is_some(), "422 without {key}: {body}");
+        }
+        assert!(body["state"].is_null(), "{body}");
+    }
+}
+
+#[test]
 fn a_third_party_cannot_resign_move_or_start_another_pairs_game() {
     let hub = Hub::start(&[]);
     let c = Client::new();

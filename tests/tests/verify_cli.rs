@@ -157,6 +157,21 @@ fn usage_and_input_errors_exit_2() {
         .output()
         .expect("pipehub runs");
     assert_eq!(dir.status.code(), Some(2));
+    // An input with no events has no invalid game (exit 0), but says so: a closed
+    // standard input reads as an empty one, and a script must not pass by verifying
+    // nothing unheard.
+    let closed = Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec "$0" verify - <&-"#)
+        .arg(pipehub_bin())
+        .output()
+        .expect("sh runs");
+    assert_eq!(closed.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert!(
+        stderr.contains("standard input holds no events"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -32,7 +32,7 @@ pub enum SpecError {
     Json(#[from] specjson::ReadError),
     #[error("a spec must be a JSON object")]
     NotObject,
-    #[error("unsupported spec_version {0} (supported: {SPEC_VERSION})")]
+    #[error("unsupported spec_version {0} (supported: \"{SPEC_VERSION}\", a string)")]
     Version(String),
     #[error("parameter {name}: {why}")]
     Parameter { name: String, why: &'static str },

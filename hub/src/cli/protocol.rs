@@ -64,7 +64,7 @@ fn hash(file: &PathBuf) -> i32 {
         Ok(hashed) => {
             if let Some(version) = hashed.unknown_version {
                 eprintln!(
-                    "pipehub: warning: {shown}: unsupported spec_version {version} (supported: {})",
+                    "pipehub: warning: {shown}: unsupported spec_version {version} (supported: \"{}\", a string)",
                     spec::SPEC_VERSION
                 );
             }

@@ -64,6 +64,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    if entries.is_empty() {
+        // Exit 0 all the same (no game is invalid), but a script whose input was never
+        // connected (a closed standard input reads as an empty one) should hear of it.
+        eprintln!(
+            "pipehub verify: warning: {} holds no events",
+            input_name(&args.file)
+        );
+    }
     let mut out = std::io::stdout().lock();
     for entry in &entries {
         let line = if args.json {
@@ -82,7 +90,7 @@ fn read(
     registry: &Registry,
     mode: Mode,
 ) -> anyhow::Result<Vec<games::report::Entry>> {
-    let name = file.display();
+    let name = input_name(file);
     let input: Box<dyn Read> = if file.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
     } else {
@@ -95,6 +103,15 @@ fn read(
         verifier.push_line(&line);
     }
     Ok(verifier.finish())
+}
+
+/// The input as messages name it.
+fn input_name(file: &std::path::Path) -> String {
+    if file.as_os_str() == "-" {
+        "standard input".into()
+    } else {
+        file.display().to_string()
+    }
 }
 
 /// The most of one line kept: past the limit a line is `too_large` whatever follows, and

@@ -17,7 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ErrorBody};
 use super::extract::{self, EVENT_BODY_LIMIT};
 use super::AppState;
-use crate::game::{Posted, SharedState};
+use crate::game::{Posted, SharedState, Verdict};
 use crate::inbox::Capture;
 
 /// The answer to a post: `{"capture", "hash", "verdict", "state"}`, and for a rejection
@@ -41,17 +41,18 @@ pub struct PostedBody {
     /// Why a game was skipped (`unknown_protocol`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The game afterwards, as the poster may see it (a `game.state`).
+    /// The game afterwards, as the poster may see it (a `game.state`). Present (null
+    /// before the game has a start) whenever the referee has answered (201, 422).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub state: Option<Arc<SharedState>>,
+    pub state: Option<Option<Arc<SharedState>>>,
 }
 
 /// The HTTP answer to any post that reached the inbox (or was held).
 pub fn posted_response(posted: Posted) -> HttpResponse {
     let status = StatusCode::from_u16(posted.verdict.status()).unwrap_or(StatusCode::ACCEPTED);
     let (error, detail, reason) = match (&posted.refusal, posted.verdict) {
-        (Some(r), crate::game::Verdict::Rejected) => (
+        (Some(r), Verdict::Rejected) => (
             Some(r.reason.code().to_string()),
             Some(r.detail.clone()),
             None,
@@ -70,7 +71,10 @@ pub fn posted_response(posted: Posted) -> HttpResponse {
         hash: posted.hash,
         verdict: posted.verdict.as_str(),
         reason,
-        state: posted.state,
+        state: match posted.verdict {
+            Verdict::Accepted | Verdict::Rejected => Some(posted.state),
+            _ => posted.state.map(Some),
+        },
     })
 }
 
