@@ -482,6 +482,53 @@ fn a_rolled_back_log_is_a_failure_and_no_second_event_is_signed_at_its_seq() {
     assert_eq!(board["seq"], 1);
 }
 
+fn assert_rate_limited(result: &Value) {
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(
+        result["structuredContent"]["error"], "rate_limited",
+        "{result}"
+    );
+}
+
+#[test]
+fn a_move_refused_before_the_inbox_leaves_the_person_free_to_play_another_or_resign() {
+    // Section 5: what the rate limiter refuses never reaches the inbox. The seq of a move
+    // refused so is free again: the person may change their mind, or resign.
+    let mut t = Table::new("pipehub:tic-tac-toe", None);
+    let game = t.game.clone();
+    t.proxy.refuse_posts(1);
+    let refused = t.x.call(
+        "game_move",
+        json!({"game": game, "move": {"row": 2, "col": 1}}),
+    );
+    assert_rate_limited(&refused);
+    let played = t.x.ok(
+        "game_move",
+        json!({"game": game, "move": {"row": 0, "col": 0}}),
+    );
+    assert_eq!(played["seq"], 1);
+    t.o_moves(json!({"row": 1, "col": 1}));
+    t.x.wait_turn(&game);
+    // A resign refused so, then a resign that goes through; the agent restarted between
+    // them keeps nothing that would stop it.
+    t.proxy.refuse_posts(1);
+    assert_rate_limited(&t.x.call("game_resign", json!({"game": game})));
+    t.restart_x(1);
+    let resigned = t.x.ok("game_resign", json!({"game": game}));
+    assert_eq!(resigned["result"]["by"], "resign", "{resigned}");
+    let x_events: Vec<_> = t
+        .events()
+        .into_iter()
+        .filter(|i| i["event"]["player"] == "X")
+        .map(|i| i["event"].clone())
+        .collect();
+    assert_eq!(
+        x_events.len(),
+        3,
+        "start, one move, one resign: {x_events:?}"
+    );
+}
+
 #[test]
 fn a_move_answered_accepted_that_the_log_does_not_hold_is_a_failure() {
     let mut t = Table::new("pipehub:tic-tac-toe", None);

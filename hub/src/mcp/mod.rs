@@ -95,6 +95,20 @@ impl AgentError {
         }
     }
 
+    /// Whether the hub refused a post before its inbox (section 5's checks before the
+    /// append), so that the event was not appended: 400 (JSON), 401 and 403 (token, seat
+    /// rules), 404 (route), 409 (seat rules, the game's capture cap), 413, 415 and 429.
+    /// Not 5xx, nor a lost answer: the event may have been appended then.
+    pub fn refused_before_the_inbox(&self) -> bool {
+        matches!(
+            self,
+            AgentError::Hub {
+                status: 400 | 401 | 403 | 404 | 409 | 413 | 415 | 429,
+                ..
+            }
+        )
+    }
+
     /// How long to wait before trying again, when the hub said (a rate limit).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

@@ -138,6 +138,7 @@ impl SeatHandle {
             rules: rec.rules.as_ref(),
             signed: rec.signed.as_ref(),
             verified: rec.verified.as_ref(),
+            withdrawn: &rec.withdrawn,
         };
         let items = ctx.client.captures(&self.inbox, &self.game).await?;
         let chain = verify::verify(&ctx.registry, &expect, &items)
@@ -161,6 +162,9 @@ impl SeatHandle {
                     seq,
                     hash: head.to_string(),
                 });
+                // The chain is fixed up to its head: a withdrawn event at or below it can
+                // no longer appear.
+                rec.withdrawn.retain(|w| w.seq > seq);
                 ctx.store.save(rec)?;
             }
         }
@@ -314,6 +318,12 @@ impl SeatHandle {
     /// already: two signed events on one head would let a hub choose which one counts. The
     /// same event again (a retried duty, the same move sent again) is the same bytes, as
     /// Ed25519 signatures are deterministic, and may be posted again.
+    ///
+    /// One answer frees the seq again: a refusal the hub gives before its inbox (section
+    /// 5's checks before the append: token, rate limit, size, type, JSON, seat rules) to
+    /// the first post of an event. That event was never appended anywhere, so the person
+    /// may play another move or resign; it is remembered as withdrawn, and a log that
+    /// ever holds it shows the hub answered falsely.
     pub async fn post(
         &self,
         ctx: &Ctx,
@@ -327,26 +337,44 @@ impl SeatHandle {
         let hash = games::canonical::hash_hex(&event);
         if let Some(s) = &rec.signed {
             if event.seq < s.seq || (event.seq == s.seq && hash != s.hash) {
+                let what = s.what.as_deref().unwrap_or("another event");
                 return Err(AgentError::Usage(format!(
-                    "this agent already signed another event at seq {} of this game, which the hub has not \
-recorded; it never signs two events at one seq, so only that one can be sent again (the same move)",
+                    "this agent already signed {what} at seq {} of this game, and the hub has not \
+answered whether it recorded it; it never signs two events at one seq, so only that one can be \
+sent again (game_move with that very move, or game_resign if it was a resign)",
                     s.seq
                 )));
             }
         }
-        if rec.signed.as_ref().is_none_or(|s| s.seq != event.seq) {
+        let earlier = rec.signed.clone();
+        let first_post = rec.signed.as_ref().is_none_or(|s| s.seq != event.seq);
+        if first_post {
             rec.signed = Some(Signed {
                 seq: event.seq,
-                hash,
+                hash: hash.clone(),
                 accepted: false,
+                what: Some(describe(&event)),
             });
+            rec.withdrawn.retain(|w| w.hash != hash);
             ctx.store.save(rec)?;
         }
         let token = rec.token.clone().unwrap_or_default();
-        let answer = ctx
+        let answer = match ctx
             .client
             .post_event(&self.inbox, &token, event.to_json())
-            .await?;
+            .await
+        {
+            Err(e) if first_post && e.refused_before_the_inbox() => {
+                rec.withdrawn.push(Mark {
+                    seq: event.seq,
+                    hash,
+                });
+                rec.signed = earlier;
+                ctx.store.save(rec)?;
+                return Err(e);
+            }
+            answer => answer?,
+        };
         if answer.verdict() == "accepted" {
             // From here on the log must hold this very event at its seq.
             if let Some(s) = rec.signed.as_mut().filter(|s| !s.accepted) {
@@ -355,6 +383,18 @@ recorded; it never signs two events at one seq, so only that one can be sent aga
             }
         }
         Ok(answer)
+    }
+}
+
+/// What an event does, in the words the agent uses to the person.
+fn describe(event: &Event) -> String {
+    match (event.action, &event.mv) {
+        (Action::Resign, _) => "a resign".into(),
+        (Action::Start, _) => "the start".into(),
+        (_, Some(mv)) if mv.get("commit").is_some() => "a commit".into(),
+        (_, Some(mv)) if mv.get("reveal").is_some() => "a reveal".into(),
+        (_, Some(mv)) => format!("the move {mv}"),
+        (_, None) => "a move".into(),
     }
 }
 

@@ -65,6 +65,12 @@ pub struct SeatRecord {
     /// one that ends before it, or holds another event there, was rolled back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verified: Option<Mark>,
+    /// Events this agent signed and the hub refused before its inbox (section 5: a token,
+    /// rate-limit, size, type, JSON or seat-rule refusal never appends), so their seqs were
+    /// free again. A log that holds one of them shows the hub answered falsely. Kept
+    /// until the verified head passes their seq.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub withdrawn: Vec<Mark>,
 }
 
 /// One accepted event of a game: its seq and hash.
@@ -81,6 +87,10 @@ pub struct Signed {
     pub hash: String,
     #[serde(default)]
     pub accepted: bool,
+    /// What the event does, for the person (`the move {"row":2,"col":1}`, `a resign`),
+    /// should it have to be sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what: Option<String>,
 }
 
 impl fmt::Debug for SeatRecord {
@@ -113,6 +123,7 @@ impl SeatRecord {
             pairing_code: None,
             signed: None,
             verified: None,
+            withdrawn: Vec::new(),
         }
     }
 

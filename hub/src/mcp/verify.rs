@@ -47,6 +47,8 @@ pub struct Expect<'a> {
     /// The newest event this agent signed, and the newest head it verified, earlier.
     pub signed: Option<&'a Signed>,
     pub verified: Option<&'a Mark>,
+    /// Events this agent signed that the hub refused before its inbox.
+    pub withdrawn: &'a [Mark],
 }
 
 /// An event the chain accepted.
@@ -190,6 +192,17 @@ fn check_marks(accepted: &[Accepted], expect: &Expect<'_>) -> Result<(), Failure
             }
             Some(_) => {}
         }
+    }
+    if let Some(w) = expect
+        .withdrawn
+        .iter()
+        .find(|w| at(w.seq).is_some_and(|a| a.hash == w.hash))
+    {
+        return Err(Failure(format!(
+            "the log holds this agent's event at seq {}, which the hub refused before its inbox: \
+the hub answered falsely",
+            w.seq
+        )));
     }
     if let Some(s) = expect.signed {
         match at(s.seq) {
@@ -336,6 +349,7 @@ mod tests {
             rules: None,
             signed: None,
             verified: None,
+            withdrawn: &[],
         }
     }
 
@@ -408,6 +422,7 @@ mod tests {
             seq: 1,
             hash: mv.hash.clone(),
             accepted: true,
+            what: None,
         };
         let mut e = expect(&public);
         e.signed = Some(&signed);
@@ -424,6 +439,7 @@ mod tests {
             seq: 1,
             hash: start.hash,
             accepted: false,
+            what: None,
         };
         let e = Expect {
             signed: Some(&forked),
@@ -431,6 +447,15 @@ mod tests {
         };
         let err = verify(&registry, &e, &items).expect_err("another event where it signed");
         assert!(err.0.contains("than the one this agent signed"), "{err:?}");
+        // An event the hub refused before its inbox must never show up in its log.
+        let withdrawn = [mv.clone()];
+        let e = Expect {
+            withdrawn: &withdrawn,
+            ..expect(&public)
+        };
+        let err = verify(&registry, &e, &items).expect_err("a withdrawn event in the log");
+        assert!(err.0.contains("answered falsely"), "{err:?}");
+        assert!(verify(&registry, &e, &items[..1]).is_ok());
     }
 
     #[test]
