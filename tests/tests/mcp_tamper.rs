@@ -391,6 +391,7 @@ impl Table {
     /// The same agent, restarted on its state directory.
     fn restart_x(&mut self, n: usize) {
         let log = self.work.path().join(format!("x{n}.log"));
+        self.x.stop();
         self.x = Agent::start(&self.proxy.base, &self.work.path().join("x"), &log);
     }
 

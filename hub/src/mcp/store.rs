@@ -155,17 +155,54 @@ impl SeatRecord {
 #[derive(Clone, Debug)]
 pub struct Store {
     dir: PathBuf,
+    /// Held (locked) for as long as the store is open: one agent a state directory.
+    _lock: std::sync::Arc<fs::File>,
 }
+
+/// How long an agent waits for another that still holds its state directory (one that
+/// an MCP client is restarting may not have exited yet).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Store {
     /// Opens (creating it with mode 0700) the seats directory under `root`.
+    ///
+    /// The directory is locked for as long as the store is open: two agents on one
+    /// directory would each overwrite what the other signed and verified, and one could
+    /// sign a second event at a seq the other signed. A second agent waits up to
+    /// [`LOCK_WAIT`] and then fails, saying so. A directory given that already exists
+    /// keeps its mode; the seats directory in it, which holds the keys, is always 0700.
     pub fn open(root: &Path) -> std::io::Result<Store> {
         let dir = root.join("seats");
-        for d in [root, dir.as_path()] {
-            fs::create_dir_all(d)?;
-            restrict(d, 0o700)?;
+        let made = !root.exists();
+        fs::create_dir_all(&dir)?;
+        if made {
+            restrict(root, 0o700)?;
         }
-        Ok(Store { dir })
+        restrict(&dir, 0o700)?;
+        let lock = lock_file(&root.join("lock"))?;
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::WouldBlock,
+                        format!(
+                            "another pipehub mcp is using {}; give each agent its own --state-dir",
+                            root.display()
+                        ),
+                    ))
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+        Ok(Store {
+            dir,
+            _lock: std::sync::Arc::new(lock),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -242,9 +279,50 @@ fn private_file(path: &Path) -> std::io::Result<fs::File> {
     fs::File::create(path)
 }
 
+/// The state directory's lock file, opened (made if missing) without being emptied.
+fn lock_file(path: &Path) -> std::io::Result<fs::File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_agent_at_a_time_holds_a_state_directory() {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let first = Store::open(tmp.path()).expect("opens");
+        let t = std::time::Instant::now();
+        let Err(second) = Store::open(tmp.path()) else {
+            panic!("a second store opened the same directory");
+        };
+        assert!(t.elapsed() >= LOCK_WAIT, "it waited for the first");
+        assert!(
+            second.to_string().contains("another pipehub mcp is using"),
+            "{second}"
+        );
+        drop(first);
+        Store::open(tmp.path()).expect("opens once the first is gone");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_state_directory_that_exists_keeps_its_mode_and_the_seats_in_it_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        restrict(tmp.path(), 0o755).expect("chmod");
+        let store = Store::open(tmp.path()).expect("opens");
+        let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(tmp.path()), 0o755);
+        assert_eq!(mode(store.dir()), 0o700);
+        let fresh = tmp.path().join("fresh");
+        Store::open(&fresh).expect("opens");
+        assert_eq!(mode(&fresh), 0o700);
+    }
 
     #[test]
     fn a_seat_round_trips_and_only_complete_seats_of_this_hub_load() {
