@@ -276,3 +276,59 @@ fn an_agent_refuses_to_join_with_its_own_pairing_code() {
         paired.body
     );
 }
+
+/// A game the person created that nobody joined: `game_board` and `game_list` show its
+/// pairing code again, a fresh one once the kept one expired, and `game_resign` cancels it.
+#[test]
+fn a_game_nobody_joined_shows_its_code_a_fresh_one_once_expired_and_resign_cancels_it() {
+    let hub = Hub::start(&[]);
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let state = work.path().join("x");
+    let start = |n: usize| {
+        mcp_support::Agent::start(&hub.base, &state, &work.path().join(format!("x{n}.log")))
+    };
+    let mut x = start(0);
+    let created = x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    let code = created["pairingCode"].as_str().expect("a code").to_string();
+    let game = created["game"].as_str().expect("a game").to_string();
+    assert!(created["expiresAt"].is_string(), "{created}");
+    let board = x.call("game_board", json!({"game": game}));
+    assert_eq!(
+        board["structuredContent"]["pairingCode"],
+        code.as_str(),
+        "{board}"
+    );
+    let text = board["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(&code) && text.contains("game_resign"),
+        "{text}"
+    );
+
+    // The kept code expired (its expiry set back while the agent was stopped).
+    x.stop();
+    let file = &seat_files(&state)[0];
+    let mut record = file.record.clone();
+    record["codeExpiresAt"] = json!("2000-01-01T00:00:00Z");
+    std::fs::write(&file.path, record.to_string()).expect("the seat file is written");
+    let mut x = start(1);
+    let board = x.ok("game_board", json!({"game": game}));
+    let fresh = board["pairingCode"].as_str().expect("a code").to_string();
+    assert_ne!(fresh, code, "a fresh code");
+    let listed = x.ok("game_list", json!({}));
+    assert_eq!(
+        listed["seats"][0]["pairingCode"],
+        fresh.as_str(),
+        "{listed}"
+    );
+    let c = Client::new();
+    let old = c.post(&hub.url("/v1/pair"), None, &json!({"code": code}));
+    assert_eq!(old.status, 410, "the old code died: {}", old.body);
+
+    // Resign cancels it: the hub forgets the game, the agent its seat.
+    let cancelled = x.ok("game_resign", json!({"game": game}));
+    assert_eq!(cancelled["cancelled"], true, "{cancelled}");
+    let gone = c.get(&hub.url(&format!("/v1/inboxes/default/games/{game}")));
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    assert_eq!(x.ok("game_list", json!({}))["seats"], json!([]));
+    assert!(seat_files(&state).is_empty(), "the seat file is gone");
+}

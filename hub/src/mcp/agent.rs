@@ -55,13 +55,14 @@ pub struct Agent {
     ctx: Arc<Ctx>,
     inbox: String,
     seats: Mutex<HashMap<String, Arc<SeatHandle>>>,
-    watchers: Mutex<Vec<JoinHandle<()>>>,
+    /// Each seat's watcher, by game id.
+    watchers: Mutex<HashMap<String, JoinHandle<()>>>,
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
         if let Ok(w) = self.watchers.lock() {
-            w.iter().for_each(JoinHandle::abort);
+            w.values().for_each(JoinHandle::abort);
         }
     }
 }
@@ -83,7 +84,7 @@ impl Agent {
             }),
             inbox: config.inbox,
             seats: Mutex::new(HashMap::new()),
-            watchers: Mutex::new(Vec::new()),
+            watchers: Mutex::new(HashMap::new()),
         });
         for record in records {
             agent.adopt(record);
@@ -103,13 +104,23 @@ impl Agent {
         }
         let task = watch::spawn(self.ctx.clone(), handle.clone());
         if let Ok(mut w) = self.watchers.lock() {
-            w.retain(|t| !t.is_finished());
-            w.push(task);
+            w.retain(|_, t| !t.is_finished());
+            w.insert(handle.game.clone(), task);
         }
         if let Ok(mut seats) = self.seats.lock() {
             seats.insert(handle.game.clone(), handle.clone());
         }
         Some(handle)
+    }
+
+    /// Stops holding a seat: its watcher stops and its game leaves the list.
+    fn forget(&self, game: &str) {
+        if let Some(task) = self.watchers.lock().ok().and_then(|mut w| w.remove(game)) {
+            task.abort();
+        }
+        if let Ok(mut seats) = self.seats.lock() {
+            seats.remove(game);
+        }
     }
 
     fn handles(&self) -> Vec<Arc<SeatHandle>> {
@@ -165,8 +176,11 @@ impl Agent {
         let seated = self.forget_if_unmade(&record, seated)?;
         let code = seated.pairing_code.clone();
         record.pairing_code = code.clone();
+        record.code_expires_at = seated.expires_at.clone();
+        let expires = seated.expires_at.clone();
         let mut answer = self.seated(record, seated).await?;
         answer.state["pairingCode"] = json!(code);
+        answer.state["expiresAt"] = json!(expires);
         answer.note = Some(
             "Give the pairing code to the opponent's person; the game starts when they join."
                 .into(),
@@ -304,10 +318,63 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         Ok(Answer::of(&snap, note))
     }
 
-    /// `game_board`: the verified state.
+    /// `game_board`: the verified state. A game this agent created that nobody has joined
+    /// shows its pairing code again (a fresh one once it expired).
     pub async fn board(&self, game: &str) -> Result<Answer, AgentError> {
-        let snap = self.seat(game)?.sync(&self.ctx).await?;
-        Ok(Answer::of(&snap, None))
+        let handle = self.seat(game)?;
+        let snap = handle.sync(&self.ctx).await?;
+        let mut answer = Answer::of(&snap, None);
+        if waiting_host(&snap) {
+            answer.note = Some(self.show_code(&handle, &mut answer.state).await);
+        }
+        Ok(answer)
+    }
+
+    /// Puts a waiting game's live pairing code in its state (asking the hub for a fresh
+    /// one when the kept one expired); returns the note that tells the person.
+    async fn show_code(&self, handle: &SeatHandle, state: &mut Value) -> String {
+        let mut rec = handle.lock().await;
+        let now = crate::game::seats::rfc3339(crate::game::seats::now_ms());
+        // Both are RFC 3339 in UTC to the second, as the hub writes them: they sort as
+        // text. A record made before expiries were kept asks for a fresh code too.
+        let live = rec.pairing_code.is_some()
+            && rec
+                .code_expires_at
+                .as_deref()
+                .is_some_and(|e| now.as_str() < e);
+        let mut note = String::new();
+        if !live {
+            let token = rec.token.clone().unwrap_or_default();
+            match self
+                .ctx
+                .client
+                .fresh_code(&handle.inbox, &handle.game, &token)
+                .await
+            {
+                Ok(fresh) => {
+                    rec.pairing_code = Some(fresh.pairing_code);
+                    rec.code_expires_at = Some(fresh.expires_at);
+                    if let Err(e) = self.ctx.store.save(&rec) {
+                        tracing::warn!(game = %handle.game, error = %e, "a fresh pairing code was not saved");
+                    }
+                    note.push_str("The earlier pairing code had expired; this is a fresh one. ");
+                }
+                Err(e) => {
+                    return format!(
+                        "Nobody has joined yet, and the pairing code expired; a fresh one could not be had: {e}"
+                    )
+                }
+            }
+        }
+        let code = rec.pairing_code.clone().unwrap_or_default();
+        let until = rec.code_expires_at.clone().unwrap_or_default();
+        state["pairingCode"] = json!(code);
+        state["expiresAt"] = json!(until);
+        note.push_str(&format!(
+            "Nobody has joined yet: give the pairing code {code} to the opponent's person (it works until \
+{until}). game_resign cancels the game."
+        ));
+        note
     }
 
     /// `game_wait`: until it is the person's turn or the game is over, or `timeout`.
@@ -354,11 +421,32 @@ this is the game as last verified. Call game_wait again.";
         }
     }
 
-    /// `game_resign`: the person gives up the game.
+    /// `game_resign`: the person gives up the game; a game of theirs that nobody has
+    /// joined yet is cancelled, and this agent forgets it.
     pub async fn resign(&self, game: &str) -> Result<Answer, AgentError> {
         let handle = self.seat(game)?;
         let mut rec = handle.lock().await;
         let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
+        if waiting_host(&snap) {
+            let token = rec.token.clone().unwrap_or_default();
+            self.ctx
+                .client
+                .cancel(&handle.inbox, &handle.game, &token)
+                .await?;
+            self.ctx.store.remove(&rec)?;
+            drop(rec);
+            self.forget(&handle.game);
+            let mut answer = Answer::of(
+                &snap,
+                Some(
+                    "Nobody had joined: the game is cancelled, and this agent no longer holds it."
+                        .into(),
+                ),
+            );
+            answer.state["cancelled"] = json!(true);
+            answer.state["board"] = json!("cancelled before anyone joined");
+            return Ok(answer);
+        }
         playable(&snap)?;
         let event = handle.next_event(&snap.chain, Action::Resign, None);
         let answer = handle.post(&self.ctx, &mut rec, event).await?;
@@ -375,17 +463,32 @@ this is the game as last verified. Call game_wait again.";
         let handles = self.handles();
         let synced =
             futures_util::future::join_all(handles.iter().map(|h| h.sync(&self.ctx))).await;
-        let seats: Vec<Value> = handles
-            .iter()
-            .zip(synced)
-            .map(|(handle, synced)| match synced {
-                Ok(snap) => state::state(&snap),
+        let mut seats = Vec::with_capacity(handles.len());
+        for (handle, synced) in handles.iter().zip(synced) {
+            seats.push(match synced {
+                Ok(snap) => {
+                    let mut st = state::state(&snap);
+                    if waiting_host(&snap) {
+                        self.show_code(handle, &mut st).await;
+                    }
+                    st
+                }
                 Err(e) => json!({"inbox": handle.inbox, "game": handle.game,
                                  "seat": handle.seat.as_str(), "error": e.code(), "detail": e.to_string()}),
-            })
-            .collect();
+            });
+        }
         json!({ "seats": seats })
     }
+}
+
+/// True for a game this agent's person created that nobody has joined yet.
+fn waiting_host(snap: &Snapshot) -> bool {
+    snap.seat == Seat::X
+        && !snap.chain.is_started()
+        && snap
+            .before_start
+            .as_ref()
+            .is_some_and(|v| v["phase"] == "waiting")
 }
 
 /// A move or resign needs a started game that is not over.

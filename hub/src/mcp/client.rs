@@ -43,6 +43,17 @@ pub struct Seated {
     pub token: String,
     #[serde(default)]
     pub pairing_code: Option<String>,
+    /// When the pairing code dies (RFC 3339, UTC, to the second).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+/// `POST …/games/{game}/code`, answered: a fresh pairing code.
+#[derive(Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FreshCode {
+    pub pairing_code: String,
+    pub expires_at: String,
 }
 
 /// One capture of a game, as the hub lists it.
@@ -126,6 +137,33 @@ impl HubClient {
         let url = format!("{}/v1/pair", self.base);
         let body = json!({"code": code, "key": key});
         self.json(Method::POST, &url, None, Some(body)).await
+    }
+
+    /// Cancels a game nobody has joined (X's token).
+    pub async fn cancel(&self, inbox: &str, game: &str, token: &str) -> Result<(), AgentError> {
+        let url = format!(
+            "{}/v1/inboxes/{}/games/{}",
+            self.base,
+            seg(inbox),
+            seg(game)
+        );
+        self.json(Method::DELETE, &url, Some(token), None).await
+    }
+
+    /// A fresh pairing code for a game nobody has joined (X's token); the old one dies.
+    pub async fn fresh_code(
+        &self,
+        inbox: &str,
+        game: &str,
+        token: &str,
+    ) -> Result<FreshCode, AgentError> {
+        let url = format!(
+            "{}/v1/inboxes/{}/games/{}/code",
+            self.base,
+            seg(inbox),
+            seg(game)
+        );
+        self.json(Method::POST, &url, Some(token), None).await
     }
 
     /// The seat's own state as the hub tells it (`GET …/view`).

@@ -55,6 +55,9 @@ pub struct SeatRecord {
     /// code, which would seat it on both sides of one game.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pairing_code: Option<String>,
+    /// When that code dies, as the hub said (RFC 3339, UTC, to the second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code_expires_at: Option<String>,
     /// The newest event this agent signed for the seat, written before it is posted. The
     /// agent never signs another event at that seq, and a log that loses it once the hub
     /// accepted it does not verify: a hub could otherwise hide the event and collect a
@@ -121,6 +124,7 @@ impl SeatRecord {
             held_choice: None,
             rules: None,
             pairing_code: None,
+            code_expires_at: None,
             signed: None,
             verified: None,
             withdrawn: Vec::new(),

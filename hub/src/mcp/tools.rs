@@ -97,7 +97,8 @@ agent keeps the choice secret, commits and reveals it itself. {PLAYS_FOR}"),
         ),
         Tool::new(
             "game_board",
-            format!("Show the game as your person's seat sees it, after this agent verified the hub's whole log. {PLAYS_FOR}"),
+            format!("Show the game as your person's seat sees it, after this agent verified the hub's whole log. \
+For a game your person created that nobody has joined, it shows the pairing code again (a fresh one if it expired). {PLAYS_FOR}"),
             schema(json!({"game": game}), &["game"]),
         ),
         Tool::new(
@@ -112,7 +113,8 @@ board. Use it instead of calling game_board repeatedly. {PLAYS_FOR}"),
         ),
         Tool::new(
             "game_resign",
-            format!("Resign the game for your person: only when they asked to. The opponent wins. {PLAYS_FOR}"),
+            format!("Resign the game for your person: only when they asked to. The opponent wins. A game your person \
+created that nobody has joined yet is cancelled instead. {PLAYS_FOR}"),
             schema(json!({"game": game}), &["game"]),
         ),
         Tool::new(
@@ -186,7 +188,7 @@ impl Tools {
                 only(args, &["protocol", "rules"])?;
                 let rules = match args.get("rules") {
                     None | Some(Value::Null) => None,
-                    Some(Value::Object(r)) => Some(r.clone()),
+                    Some(Value::Object(r)) => Some(whole_numbers_in(r)),
                     Some(_) => return Err(AgentError::Usage("rules must be an object".into())),
                 };
                 a.new_game(string(args, "protocol")?, rules).await?
@@ -198,7 +200,7 @@ impl Tools {
             "game_move" => {
                 only(args, &["game", "move"])?;
                 let mv = match args.get("move") {
-                    Some(Value::Object(m)) => Value::Object(m.clone()),
+                    Some(Value::Object(m)) => Value::Object(whole_numbers_in(m)),
                     _ => return Err(AgentError::Usage("move must be an object".into())),
                 };
                 a.play(string(args, "game")?, mv).await?
@@ -263,6 +265,25 @@ fn wait_time(v: &Value) -> Result<Duration, AgentError> {
             WAIT_MAX.as_secs()
         ))),
     }
+}
+
+/// A move or rules object with its whole numbers written as integers: some clients send
+/// every number as a float (`2.0`), which events may not carry (section 1). Other
+/// numbers, and anything not a number, are left for the referee to judge.
+fn whole_numbers_in(object: &Map<String, Value>) -> Map<String, Value> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every integer below is a float
+    object
+        .iter()
+        .map(|(k, v)| {
+            let v = match v.as_f64() {
+                Some(x) if v.is_f64() && x.fract() == 0.0 && x.abs() < EXACT => {
+                    Value::from(x as i64)
+                }
+                _ => v.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
 }
 
 fn only(args: &Map<String, Value>, allowed: &[&str]) -> Result<(), AgentError> {
@@ -377,6 +398,21 @@ mod tests {
             let e = secs(bad.clone()).expect_err("refused").to_string();
             assert!(e.contains("0 to 300"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn whole_numbers_sent_as_floats_become_integers_and_nothing_else_changes() {
+        let given = json!({"row": 2.0, "col": 0, "rows": -3.0, "half": 1.5, "big": 1e300,
+                           "choice": "rock", "nested": {"x": 1.0}});
+        let Value::Object(given) = given else {
+            unreachable!()
+        };
+        assert_eq!(
+            Value::Object(whole_numbers_in(&given)),
+            json!({"row": 2, "col": 0, "rows": -3, "half": 1.5, "big": 1e300,
+                   "choice": "rock", "nested": {"x": 1.0}})
+        );
+        assert!(whole_numbers_in(&given)["row"].is_i64());
     }
 
     #[test]
