@@ -288,6 +288,22 @@ fn a_game_nobody_joined_shows_its_code_a_fresh_one_once_expired_and_resign_cance
         mcp_support::Agent::start(&hub.base, &state, &work.path().join(format!("x{n}.log")))
     };
     let mut x = start(0);
+    // An id the agent does not hold comes back escaped once, and cut when it is huge.
+    for (id, shown) in [
+        ("<b>".to_string(), "game &lt;b&gt;;"),
+        (
+            "g".repeat(100_000),
+            "(100000 characters; an id has at most 128)",
+        ),
+    ] {
+        let unknown = x.call("game_board", json!({"game": id}));
+        let text = unknown["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains(shown) && !text.contains("&amp;"),
+            "{text:.300}"
+        );
+        assert!(text.len() < 1000, "{} bytes", text.len());
+    }
     let created = x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
     let code = created["pairingCode"].as_str().expect("a code").to_string();
     let game = created["game"].as_str().expect("a game").to_string();

@@ -138,7 +138,7 @@ impl Agent {
         found.ok_or_else(|| {
             AgentError::Usage(format!(
                 "this agent holds no seat in game {}; game_list shows the games it holds",
-                state::escape(game)
+                shown_id(game)
             ))
         })
     }
@@ -210,7 +210,7 @@ opponent's person instead"
             return Err(AgentError::Usage(format!(
                 "that pairing code was this agent's own game {}, where it holds seat {}: the hub has now \
 seated O with a key this agent dropped, as it plays one seat per game, so no one can move for O",
-                state::escape(&held.game),
+                held.game,
                 held.seat
             )));
         }
@@ -227,7 +227,7 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
                 .as_deref()
                 .and_then(crate::game::seats::normalize_code);
             if mine.as_deref() == Some(code.as_str()) {
-                return Some(state::escape(&handle.game));
+                return Some(handle.game.clone());
             }
         }
         None
@@ -478,6 +478,20 @@ this is the game as last verified. Call game_wait again.";
             });
         }
         json!({ "seats": seats })
+    }
+}
+
+/// A game id as an error repeats it: whole when it could be one (1–128 characters), else
+/// cut, so that a tool call with a huge "id" does not come back twice its size. (A tool
+/// error's text is escaped once, where it is built.)
+fn shown_id(game: &str) -> String {
+    match game.char_indices().nth(128) {
+        None => game.to_string(),
+        Some((cut, _)) => format!(
+            "{}… ({} characters; an id has at most 128)",
+            &game[..cut],
+            game.chars().count()
+        ),
     }
 }
 

@@ -288,10 +288,7 @@ fn whole_numbers_in(object: &Map<String, Value>) -> Map<String, Value> {
 
 fn only(args: &Map<String, Value>, allowed: &[&str]) -> Result<(), AgentError> {
     match args.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(AgentError::Usage(format!(
-            "unknown argument {}",
-            state::escape(k)
-        ))),
+        Some(k) => Err(AgentError::Usage(format!("unknown argument {k}"))),
         None => Ok(()),
     }
 }
