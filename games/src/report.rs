@@ -15,7 +15,7 @@
 //! The two renderings are exact because other programs parse them: JSON objects always
 //! carry the same eight keys in the same order, `null` where one does not apply.
 
-use crate::event::Event;
+use crate::event::{Action, Event};
 use crate::json;
 use crate::protocol::{GameResult, Registry};
 use crate::reason::{Reason, Refusal};
@@ -216,9 +216,44 @@ fn plain_text(text: &str) -> std::borrow::Cow<'_, str> {
 /// One game being read.
 struct Track {
     game: String,
-    chain: GameChain,
+    chain: Chain,
     last_accepted: Option<(u64, u64)>,
     rejected: Vec<Rejection>,
+}
+
+/// A game's chain while it can still change, and what the report needs of it after.
+///
+/// A game that is over judges every later event the same way (a start is `two_genesis`,
+/// anything else `after_end`), and in strict mode a game's first rejection ends its
+/// reading: from then on its board, rules, keys and head are dead weight, and most games
+/// of a long log are finished. Keeping only the result is what lets a log of a million
+/// finished games be read in a fraction of the memory.
+enum Chain {
+    Live(GameChain),
+    Done {
+        result: Option<GameResult>,
+        started: bool,
+    },
+}
+
+impl Chain {
+    fn result(&self) -> Option<GameResult> {
+        match self {
+            Chain::Live(chain) => chain.result(),
+            Chain::Done { result, .. } => *result,
+        }
+    }
+
+    fn is_started(&self) -> bool {
+        match self {
+            Chain::Live(chain) => chain.is_started(),
+            Chain::Done { started, .. } => *started,
+        }
+    }
+
+    fn is_skipped(&self) -> bool {
+        matches!(self, Chain::Live(chain) if chain.is_skipped())
+    }
 }
 
 enum Slot {
@@ -277,7 +312,7 @@ impl<'r> LogVerifier<'r> {
                 self.games.insert(event.game.clone(), self.slots.len());
                 self.slots.push(Slot::Game(Box::new(Track {
                     game: event.game.clone(),
-                    chain: GameChain::new(self.registry),
+                    chain: Chain::Live(GameChain::new(self.registry)),
                     last_accepted: None,
                     rejected: Vec::new(),
                 })));
@@ -290,7 +325,15 @@ impl<'r> LogVerifier<'r> {
         if self.mode == Mode::Strict && !track.rejected.is_empty() {
             return;
         }
-        match track.chain.offer(event) {
+        let verdict = match &mut track.chain {
+            Chain::Live(chain) => chain.offer(event),
+            // As an established chain judges it once the game is over.
+            Chain::Done { .. } if event.action == Action::Start => {
+                Verdict::Rejected(Reason::TwoGenesis.into())
+            }
+            Chain::Done { .. } => Verdict::Rejected(Reason::AfterEnd.into()),
+        };
+        match verdict {
             Verdict::Accepted { .. } => track.last_accepted = Some((self.line, event.seq)),
             Verdict::Rejected(refusal) => track.rejected.push(Rejection {
                 line: self.line,
@@ -298,6 +341,15 @@ impl<'r> LogVerifier<'r> {
                 refusal,
             }),
             Verdict::Skipped => {}
+        }
+        if let Chain::Live(chain) = &track.chain {
+            let over = chain.result().is_some_and(|r| r.is_over());
+            if over || (self.mode == Mode::Strict && !track.rejected.is_empty()) {
+                track.chain = Chain::Done {
+                    result: chain.result(),
+                    started: chain.is_started(),
+                };
+            }
         }
     }
 

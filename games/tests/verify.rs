@@ -504,3 +504,60 @@ fn a_plain_report_escapes_what_a_log_quotes_so_it_cannot_forge_lines() {
         "x\nvictim ok win X line\n\u{1b}[2K\u{202e}\\:unknown"
     );
 }
+
+#[test]
+fn events_after_a_games_end_are_judged_as_its_chain_judges_them_in_both_modes() {
+    // A finished game keeps only its result in the report; what comes after its end must
+    // still get the reasons a whole chain gives: a start is `two_genesis`, anything else
+    // `after_end`, and a game interleaved with it goes on untouched.
+    let mut done = Writer::unsigned("done");
+    let mut other = Writer::unsigned("other");
+    let start = done.start(None, json!({}));
+    let resigned = done.resign(Seat::X);
+    let late_move = done.draft(Action::Move, Some(json!({"row": 0, "col": 0})));
+    let mut late_start = start.clone();
+    late_start.rules = Some(serde_json::Map::new());
+    let mut chain = GameChain::new(&Registry::builtin());
+    for e in [&start, &resigned] {
+        assert!(matches!(chain.offer(e), Verdict::Accepted { .. }));
+    }
+    let whole = |e: &Event| match chain.clone().offer(e) {
+        Verdict::Rejected(r) => r.reason,
+        v => panic!("{v:?}"),
+    };
+    assert_eq!(
+        (whole(&late_move), whole(&late_start)),
+        (Reason::AfterEnd, Reason::TwoGenesis)
+    );
+    let log = lines(&[
+        start,
+        other.start(None, json!({})),
+        resigned,
+        late_move,
+        other.play(json!({"row": 1, "col": 1})),
+        late_start,
+    ]);
+    let registry = Registry::builtin();
+    let inbox = verify_log(log.as_bytes(), Mode::Inbox, &registry);
+    let reasons: Vec<_> = inbox[0]
+        .rejected
+        .iter()
+        .map(|r| (r.line, r.refusal.reason))
+        .collect();
+    assert_eq!(reasons, [(4, Reason::AfterEnd), (6, Reason::TwoGenesis)]);
+    assert_eq!(inbox[0].verdict, EntryVerdict::Ok);
+    assert_eq!(
+        inbox[0].result,
+        Some(GameResult::win(Seat::O, WinBy::Resign))
+    );
+    assert_eq!(
+        (inbox[1].verdict, inbox[1].seq),
+        (EntryVerdict::Ok, Some(1))
+    );
+    let strict = verify_log(log.as_bytes(), Mode::Strict, &registry);
+    assert_eq!(
+        strict[0].to_plain(),
+        "done invalid line=4 seq=2 reason=after_end"
+    );
+    assert_eq!(strict[1].to_plain(), "other ok in_progress");
+}

@@ -201,11 +201,12 @@ impl Clone for Box<dyn Board> {
     }
 }
 
-/// The protocols a reader knows, looked up by ref.
+/// The protocols a reader knows, looked up by ref. Every game's chain keeps one, so a
+/// clone shares both fields rather than copying them.
 #[derive(Clone, Debug)]
 pub struct Registry {
-    protocols: Vec<Arc<dyn Protocol>>,
-    default_ref: String,
+    protocols: Arc<[Arc<dyn Protocol>]>,
+    default_ref: Arc<str>,
 }
 
 impl Registry {
@@ -215,18 +216,18 @@ impl Registry {
     /// name none.
     pub fn builtin() -> Registry {
         // The specs are parsed and hashed once per process; every registry shares them.
-        static BUILTIN: std::sync::OnceLock<Vec<Arc<dyn Protocol>>> = std::sync::OnceLock::new();
+        static BUILTIN: std::sync::OnceLock<Arc<[Arc<dyn Protocol>]>> = std::sync::OnceLock::new();
         let protocols = BUILTIN.get_or_init(|| {
-            vec![
+            Arc::from(vec![
                 // One line per game.
-                Arc::new(tictactoe::TicTacToe::new()),
+                Arc::new(tictactoe::TicTacToe::new()) as Arc<dyn Protocol>,
                 Arc::new(connect_four::ConnectFour::new()),
                 Arc::new(rps::RockPaperScissors::new()),
-            ]
+            ])
         });
         Registry {
             protocols: protocols.clone(),
-            default_ref: Self::DEFAULT_REF.to_string(),
+            default_ref: Self::DEFAULT_REF.into(),
         }
     }
 
@@ -234,7 +235,7 @@ impl Registry {
     /// this registry does not know `r`.
     pub fn with_default(mut self, r: &str) -> Option<Registry> {
         self.get(r)?;
-        self.default_ref = r.to_string();
+        self.default_ref = r.into();
         Some(self)
     }
 

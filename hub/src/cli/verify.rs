@@ -10,7 +10,7 @@
 //! The log is streamed line by line; only per-game state is held, not the events, and a
 //! line is never held beyond the size limit (the rest of an over-long line is skipped: it
 //! is `too_large` whatever it holds), so no input can make the command grow without bound
-//! except by the number of games it names.
+//! except by the number of games it names; a game that is over keeps only its result.
 //!
 //! A game whose first well-formed start names a protocol this build does not know is
 //! `skipped` for good, even if a later start of the same id names a known protocol: a
