@@ -624,6 +624,45 @@ fn a_wait_on_a_hub_that_hangs_ends_within_its_timeout() {
 }
 
 #[test]
+fn a_wait_outlives_a_hub_that_cannot_be_reached_for_a_moment() {
+    // The hub drops every connection for 2 s (as while it restarts), then the opponent
+    // moves: a wait of 12 s sees the move, not the outage.
+    let mut t = Table::new("pipehub:tic-tac-toe", None);
+    let game = t.game.clone();
+    t.x.ok(
+        "game_move",
+        json!({"game": game, "move": {"row": 0, "col": 0}}),
+    );
+    t.proxy.lie(Lie::LoseAnswer);
+    let Table {
+        x, proxy, hub, o, ..
+    } = &mut t;
+    let t0 = std::time::Instant::now();
+    let waited = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_secs(2));
+            proxy.lie(Lie::None);
+            let path = format!("/v1/inboxes/default/games/{game}/moves");
+            let r = pipehub_tests::Client::new().post(
+                &hub.url(&path),
+                Some(o.as_str()),
+                &json!({"move": {"row": 1, "col": 1}}),
+            );
+            assert_eq!(r.status, 201, "{}", r.body);
+        });
+        x.call("game_wait", json!({"game": game, "timeoutSeconds": 12}))
+    });
+    assert_eq!(waited["isError"], false, "{waited}");
+    assert_eq!(waited["structuredContent"]["yourTurn"], true, "{waited}");
+    assert_eq!(waited["structuredContent"]["seq"], 2, "{waited}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(11),
+        "before the wait ran out: {:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
 fn a_game_registered_with_another_protocol_or_rules_is_never_started() {
     for (asked, lie, named) in [
         (

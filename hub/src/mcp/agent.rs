@@ -32,6 +32,8 @@ const WAIT_RECHECK: Duration = Duration::from_secs(10);
 /// The least time a `game_wait` gives one look at the game, even when its wait is shorter
 /// or over: a wait of 0 s still looks once.
 const WAIT_LOOK_MIN: Duration = Duration::from_secs(2);
+/// How soon a `game_wait` looks again after the hub could not be reached.
+const WAIT_RETRY: Duration = Duration::from_secs(1);
 
 /// What a tool answers: the seat's state and a note for the model.
 pub struct Answer {
@@ -383,6 +385,9 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         let deadline = tokio::time::Instant::now() + timeout.min(WAIT_MAX);
         let mut changed = handle.changed.subscribe();
         let mut last: Option<Snapshot> = None;
+        // Once the hub could not be reached, the watcher's socket may be down too, and
+        // pushes late: the wait looks for itself more often.
+        let mut recheck = WAIT_RECHECK;
         loop {
             changed.borrow_and_update();
             // Each look is bounded by what is left of the wait: against a hub that hangs
@@ -390,23 +395,44 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
             // the person asked for. A look cut short is one that did not happen: what the
             // agent signs is on disk before it is sent (see `SeatHandle::post`).
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let snap =
-                match tokio::time::timeout(left.max(WAIT_LOOK_MIN), handle.sync(&self.ctx)).await {
-                    Ok(snap) => snap?,
-                    Err(_) => {
+            let snap = match tokio::time::timeout(left.max(WAIT_LOOK_MIN), handle.sync(&self.ctx))
+                .await
+            {
+                // A hub that is down for a moment (restarting, say) ends no wait: the
+                // agent looks again while the wait lasts, and only its end tells.
+                Ok(Err(e @ AgentError::Transport(_))) => {
+                    let now = tokio::time::Instant::now();
+                    if now + WAIT_RETRY >= deadline {
                         return match last {
                             Some(snap) => {
-                                let note =
-                                "The wait timed out, and the hub did not answer the last look: \
-this is the game as last verified. Call game_wait again.";
-                                Ok(Answer::of(&snap, Some(note.into())))
+                                let note = format!(
+                                        "The wait timed out, and the hub could not be reached at the last look ({e}): \
+this is the game as last verified. Call game_wait again."
+                                    );
+                                Ok(Answer::of(&snap, Some(note)))
                             }
-                            None => Err(AgentError::Transport(
-                                "the hub did not answer within the wait".into(),
-                            )),
+                            None => Err(e),
                         };
                     }
-                };
+                    recheck = WAIT_RETRY * 2;
+                    tokio::time::sleep(WAIT_RETRY).await;
+                    continue;
+                }
+                Ok(snap) => snap?,
+                Err(_) => {
+                    return match last {
+                        Some(snap) => {
+                            let note =
+                                "The wait timed out, and the hub did not answer the last look: \
+this is the game as last verified. Call game_wait again.";
+                            Ok(Answer::of(&snap, Some(note.into())))
+                        }
+                        None => Err(AgentError::Transport(
+                            "the hub did not answer within the wait".into(),
+                        )),
+                    };
+                }
+            };
             if state::your_turn(&snap) || state::is_over(&snap) {
                 return Ok(Answer::of(&snap, None));
             }
@@ -416,7 +442,7 @@ this is the game as last verified. Call game_wait again.";
                 return Ok(Answer::of(&snap, Some(note.into())));
             }
             last = Some(snap);
-            let step = (deadline - now).min(WAIT_RECHECK);
+            let step = (deadline - now).min(recheck);
             let _ = tokio::time::timeout(step, changed.changed()).await;
         }
     }
