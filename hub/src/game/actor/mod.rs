@@ -731,6 +731,13 @@ impl Actor for GameActor {
                 act.replay(records);
                 act.announce();
                 act.write_owed(ctx);
+                // A game that was over already: nothing is owed to it, and the reads that
+                // woke it are done in a moment (the idle check runs only every 5 s).
+                if act.is_over() {
+                    ctx.run_later(FINISHED_LINGER, |act, ctx| {
+                        act.stop_if_idle(FINISHED_LINGER, ctx)
+                    });
+                }
             }
             Err(e) => {
                 tracing::warn!(game = %act.game, error = %e, "actor could not rebuild; stopping");
