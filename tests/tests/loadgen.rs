@@ -176,6 +176,31 @@ fn a_run_leaves_no_game_open() {
     }
 }
 
+/// A run whose pairs the hub refuses for its failed-pairing limit (spent here by codes
+/// this address got wrong) cancels each game it made for them, and says which limit it
+/// met: one no flag raises, not `--rate-limit`.
+#[test]
+fn a_run_refused_its_pairs_leaves_no_game_waiting_and_names_the_limit() {
+    let hub = Hub::start(&["--rate-limit", "1000000/1", "--max-open-games", "25"]);
+    let client = Client::new();
+    for n in 0..10 {
+        let wrong = serde_json::json!({"code": format!("ZZZZZZZ{n}")});
+        let r = client.post(&hub.url("/v1/pair"), None, &wrong);
+        assert_eq!(r.status, 404, "{}", r.body);
+    }
+    let (code, report, err) =
+        Run::start(&hub, &["--games", "3", "--duration", "2"]).finish(Duration::from_secs(60));
+    assert_eq!(code, 1, "{report}");
+    assert!(err.contains("failed pairing attempts"), "{err}");
+    assert!(!err.contains("--rate-limit"), "{err}");
+    // Every game made for a refused pair was cancelled: the whole cap is free.
+    let body = serde_json::json!({"protocol": "pipehub:tic-tac-toe"});
+    for n in 1..=25 {
+        let created = client.post(&hub.url("/v1/inboxes/after/games"), None, &body);
+        assert_eq!(created.status, 201, "game {n} of 25: {}", created.body);
+    }
+}
+
 /// A hub killed in the middle of a run fails the run (exit 1) and says so, although the
 /// report is still printed: its figures cover only the part of the run the hub was there.
 #[test]

@@ -108,6 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         eprintln!("pipehub loadgen: first error: {e}");
     }
     let limited = outcome.rate_limited > 0
+        || outcome.pairing_limited > 0
         || outcome.open_games_cap > 0
         || outcome.sockets_cap > 0
         || outcome.connections_cap > 0;

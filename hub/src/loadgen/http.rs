@@ -22,6 +22,10 @@ pub enum CallError {
     /// 429 `rate_limited`: the hub's per-person rate limit.
     #[error("rate_limited (retry after {retry_after_s} s)")]
     RateLimited { retry_after_s: u64 },
+    /// 429 `rate_limited` to a pair: the hub's limit on failed pairing attempts per client
+    /// address (a successful pair does not count against the other limit).
+    #[error("rate_limited pairing (retry after {retry_after_s} s)")]
+    PairingLimited { retry_after_s: u64 },
     /// `too_many_games`: the hub's cap on open games per person, and the cap when its
     /// answer names it.
     #[error("too_many_games: {detail}")]
@@ -145,13 +149,50 @@ impl HubClient {
                 json!({"protocol": protocol, "signed": signed}),
             )
             .await?;
-        let paired: PairedMsg = self
+        let paired: PairedMsg = match self
             .post("/v1/pair", json!({"code": created.pairing_code}))
-            .await?;
+            .await
+        {
+            Ok(paired) => paired,
+            Err(e) => {
+                // The game is made and nobody sits at O: left, it would wait for ever and
+                // hold a place under this address's open-games cap.
+                if let Err(c) = self.cancel(inbox, &created.game, &created.token).await {
+                    tracing::warn!(game = %created.game, error = %c, "an unpaired game was not cancelled");
+                }
+                return Err(match e {
+                    CallError::RateLimited { retry_after_s } => {
+                        CallError::PairingLimited { retry_after_s }
+                    }
+                    e => e,
+                });
+            }
+        };
         Ok(Seated {
             game: created.game,
             token_x: created.token,
             token_o: paired.token,
+        })
+    }
+
+    /// Cancels a game nobody has joined, with X's token.
+    pub async fn cancel(&self, inbox: &str, game: &str, token: &str) -> Result<(), CallError> {
+        let _permit = self.in_flight.acquire().await;
+        let response = self
+            .client
+            .delete(format!("{}/v1/inboxes/{inbox}/games/{game}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| CallError::Transport(causes(&e)))?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let body = response.text().await.unwrap_or_default();
+        Err(CallError::Refused {
+            status,
+            body: body.chars().take(200).collect(),
         })
     }
 

@@ -129,6 +129,7 @@ pub struct Outcome {
     /// The hub's resident memory before the run seated anything.
     pub rss_before: Option<u64>,
     pub rate_limited: u64,
+    pub pairing_limited: u64,
     pub open_games_cap: u64,
     pub sockets_cap: u64,
     pub connections_cap: u64,
@@ -304,6 +305,7 @@ pub async fn run(config: Config) -> Result<Outcome, LoadgenError> {
         seated,
         rss_before: Some(rss_before),
         rate_limited: Stats::get(&stats.rate_limited),
+        pairing_limited: Stats::get(&stats.pairing_limited),
         open_games_cap: Stats::get(&stats.open_games_cap),
         sockets_cap: Stats::get(&stats.sockets_cap),
         connections_cap: Stats::get(&stats.connections_cap),
@@ -388,6 +390,7 @@ impl Outcome {
             seated: 2,
             rss_before: None,
             rate_limited: 0,
+            pairing_limited: 0,
             open_games_cap: 0,
             sockets_cap: 0,
             connections_cap: 0,
@@ -451,6 +454,12 @@ impl Outcome {
             advice.push(format!(
                 "the hub rate-limited {} requests: raise `pipehub serve --rate-limit` (e.g. --rate-limit 1000000/1)",
                 self.rate_limited
+            ));
+        }
+        if self.pairing_limited > 0 {
+            advice.push(format!(
+                "the hub refused {} pairings for its limit on failed pairing attempts per client address (10 a minute, no flag raises it): codes this address mistyped or reused in the last minute spent it; wait a minute and run again (the games made for those pairings were cancelled)",
+                self.pairing_limited
             ));
         }
         if self.open_games_cap > 0 {
@@ -613,5 +622,12 @@ mod tests {
         ] {
             assert!(advice.contains(flag), "{flag}: {advice}");
         }
+        // A refused pair is the failed-pairing limit, which no flag raises: the advice
+        // says so, and not to raise --rate-limit.
+        let mut o = refused(0, 0, 0, 0);
+        o.pairing_limited = 3;
+        let advice = o.limit_advice().join("\n");
+        assert!(advice.contains("failed pairing attempts"), "{advice}");
+        assert!(!advice.contains("--rate-limit"), "{advice}");
     }
 }

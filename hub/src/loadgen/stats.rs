@@ -31,6 +31,8 @@ pub struct Stats {
     pub errors: AtomicU64,
     /// Times the hub answered `rate_limited`, over HTTP or the socket.
     pub rate_limited: AtomicU64,
+    /// Times a pair was refused for the hub's limit on failed pairing attempts.
+    pub pairing_limited: AtomicU64,
     /// Games the hub refused to open because of its open-games cap, each counted once
     /// however often its table asked again.
     pub open_games_cap: AtomicU64,
@@ -71,6 +73,7 @@ impl Stats {
             refused: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             rate_limited: AtomicU64::new(0),
+            pairing_limited: AtomicU64::new(0),
             open_games_cap: AtomicU64::new(0),
             open_games_limit: AtomicU64::new(0),
             sockets_cap: AtomicU64::new(0),

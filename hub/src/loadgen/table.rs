@@ -231,6 +231,10 @@ async fn seat(shared: &Shared, control: &watch::Receiver<Control>) -> Option<Sea
                 Stats::count(&shared.stats.rate_limited);
                 Duration::from_secs(retry_after_s.clamp(1, 5))
             }
+            Err(CallError::PairingLimited { retry_after_s }) => {
+                Stats::count(&shared.stats.pairing_limited);
+                Duration::from_secs(retry_after_s.clamp(1, 5))
+            }
             Err(CallError::OpenGamesCap { cap, .. }) => {
                 // One game refused, however many times it is asked for again.
                 if !capped {
