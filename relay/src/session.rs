@@ -107,7 +107,7 @@ struct Watch {
 }
 
 /// The `detail` of the `error` a socket gets when the game it watches is cancelled.
-pub const CANCELLED: &str = "the game was cancelled by its host";
+pub const CANCELLED: &str = "the game was cancelled before anyone joined";
 
 /// Held publications past which the oldest is sent anyway: a move's events and the
 /// opponent's answers to them are a handful.
@@ -752,10 +752,11 @@ impl Session {
         self.send(frame);
     }
 
-    /// The game this socket watches was cancelled by its host: there is no state left to
-    /// show, so the socket is told with an `error` (not closing it: it may say `hello`
-    /// with another token, or watch another game), and stops watching. A seat of that
-    /// game no longer opens anything: the socket is as before its first `hello`.
+    /// The game this socket watches was cancelled (by its host, or by the hub once its
+    /// code had been dead a day): there is no state left to show, so the socket is told
+    /// with an `error` (not closing it: it may say `hello` with another token, or watch
+    /// another game), and stops watching. A seat of that game no longer opens anything:
+    /// the socket is as before its first `hello`.
     fn on_cancelled(&mut self) {
         let Some(watch) = self.watch.take() else {
             return;

@@ -561,7 +561,7 @@ async fn cancelled_elsewhere(x: Client, s: Client, hub: &pipehub_tests::Hub, inb
     assert_eq!(cancelled.status, 204, "{}", cancelled.body);
     let alert = "(() => { const a = document.getElementById('alert'); return !a.hidden && a.textContent; })()";
     let told = json!(format!(
-        "Game {game} is gone: the game was cancelled by its host."
+        "Game {game} is gone: the game was cancelled before anyone joined."
     ));
     for (who, c) in [("X", &x), ("spectator", &s)] {
         wait_eq(c, who, alert, told.clone()).await;

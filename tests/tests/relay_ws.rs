@@ -608,7 +608,10 @@ async fn the_sockets_of_a_cancelled_game_are_told_it_is_gone() {
             (&json!("error"), &json!("not_found"), &json!(false)),
             "{told}"
         );
-        assert_eq!(told["detail"], "the game was cancelled by its host");
+        assert_eq!(
+            told["detail"],
+            "the game was cancelled before anyone joined"
+        );
         // Open, and watching nothing.
         socket.send(json!({"t": "game.board"})).await;
         let board = socket.recv().await;

@@ -142,6 +142,14 @@ pub fn normalize_code(code: &str) -> Option<String> {
     (out.len() == 8).then_some(out)
 }
 
+/// What [`Seats::purge_codes`] did: how many codes it forgot, and of those the ones that
+/// had expired, each as (inbox, game, code hash).
+#[derive(Debug, Default)]
+pub struct Purged {
+    pub codes: usize,
+    pub expired: Vec<(String, String, String)>,
+}
+
 /// A fresh seat token: 256 random bits as 64 hex characters.
 pub fn new_token() -> String {
     let mut bytes = [0u8; 32];
@@ -756,23 +764,31 @@ impl Seats {
     /// deleted together, so that the store commits them at once: one by one, each
     /// waiting for a commit of its own, the purge of a busy hub's hour of codes would
     /// take most of the next hour.
-    pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<usize, HubError> {
+    ///
+    /// A code that expired (rather than was used or replaced) may be the only way into a
+    /// game still waiting for its guest: each is returned as (inbox, game, code hash), for
+    /// [`Seats::abandon`].
+    pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<Purged, HubError> {
         use futures_util::{StreamExt, TryStreamExt};
         // Pages of two in tests, so that theirs walk several, deleting as they go.
         const PAGE: usize = if cfg!(test) { 2 } else { 256 };
-        let mut purged = 0;
+        let mut purged = Purged::default();
         let mut after: Option<String> = None;
         loop {
             let page = self.meta.scan_page("code/", after.as_deref(), PAGE).await?;
             let more = page.len() == PAGE;
             let mut dead = Vec::new();
             for (key, value) in &page {
-                let dead_since = match serde_json::from_slice::<CodeRecord>(value) {
-                    Ok(rec) => rec.expires_ms,
-                    Err(_) => 0, // unreadable: nothing can redeem it
-                };
+                let rec = serde_json::from_slice::<CodeRecord>(value).ok();
+                // Unreadable: nothing can redeem it.
+                let dead_since = rec.as_ref().map_or(0, |r| r.expires_ms);
                 if dead_since.saturating_add(keep_ms) < now_ms {
                     dead.push(key.clone());
+                    if let (Some(rec), Some(hash)) = (rec, key.strip_prefix("code/")) {
+                        if !rec.used {
+                            purged.expired.push((rec.inbox, rec.game, hash.to_string()));
+                        }
+                    }
                 }
             }
             // Discarded, not deleted: the page has just read them, and a delete would look
@@ -783,7 +799,7 @@ impl Seats {
                 .buffer_unordered(PAGE)
                 .try_collect::<()>()
                 .await?;
-            purged += count;
+            purged.codes += count;
             // Others' work goes between pages: a page reads its values on this thread.
             tokio::task::yield_now().await;
             match page.into_iter().last() {
@@ -907,10 +923,47 @@ impl Seats {
 
     /// Cancels an unpaired game: its id, X's token and its code stop working.
     pub async fn cancel(&self, auth: &SeatAuth) -> Result<(), HubError> {
+        self.cancel_when(auth, |_| true, true).await.map(|_| ())
+    }
+
+    /// Cancels a waiting game whose pairing code `code_hash` died long ago and was never
+    /// replaced, as its host could: nobody can join it any more, yet it would hold a place
+    /// under its host's cap for good (a host who lost its token cannot cancel it). False
+    /// when the game is gone, paired, or has another code by now.
+    pub async fn abandon(
+        &self,
+        inbox: &str,
+        game: &str,
+        code_hash: &str,
+    ) -> Result<bool, HubError> {
+        let auth = SeatAuth {
+            inbox: inbox.into(),
+            game: game.into(),
+            seat: Seat::X,
+        };
+        let same_code = |reg: &Registration| reg.code_hash.as_deref() == Some(code_hash);
+        // Its code is being purged: no tombstone is left for it.
+        match self.cancel_when(&auth, same_code, false).await {
+            Err(HubError::NotFound(_) | HubError::AlreadyPaired) => Ok(false),
+            done => done,
+        }
+    }
+
+    /// Cancels the host's unpaired game if `still` holds of its registration, read under
+    /// the game's turn, and (`retire`) kills its code; true when it did.
+    async fn cancel_when(
+        &self,
+        auth: &SeatAuth,
+        still: impl Fn(&Registration) -> bool,
+        retire: bool,
+    ) -> Result<bool, HubError> {
         let _turn = self.turn(&auth.inbox, &auth.game).lock().await;
         let mut lost = 0;
         let reg = loop {
             let (reg, before) = self.owned_unpaired(auth).await?;
+            if !still(&reg) {
+                return Ok(false);
+            }
             let ids = (&*auth.inbox, &*auth.game);
             if self.swap_registration(ids, before.as_ref(), None).await? {
                 self.forget_open(&reg);
@@ -924,7 +977,7 @@ impl Seats {
             lost += 1;
         };
         // Its code dies with it: a pair that took the code meanwhile finds no game.
-        if let Some(old) = &reg.code_hash {
+        if let Some(old) = reg.code_hash.as_ref().filter(|_| retire) {
             self.retire_code(old, &auth.inbox, &auth.game).await?;
         }
         self.close(&reg).await?;
@@ -939,7 +992,7 @@ impl Seats {
             self.meta.delete(&seat_key(&hash)).await?;
             self.tokens.remove(&hash);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The game no longer counts as open for its host (finished or cancelled): it leaves

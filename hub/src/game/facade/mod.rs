@@ -102,14 +102,11 @@ impl Hub {
                         }
                         sweeper.waiters.sweep(super::waiters::DONE_TTL);
                         sweeper.count_games();
-                        // Hourly (and soon after start): forget pairing codes dead for a day.
+                        // Hourly (and soon after start): forget pairing codes dead for a
+                        // day, and cancel the games still waiting behind expired ones.
                         if tick % 3600 == 0 {
                             let keep = super::seats::CODE_KEEP.as_millis() as u64;
-                            match sweeper.seats.purge_codes(super::seats::now_ms(), keep).await {
-                                Ok(0) => {}
-                                Ok(n) => tracing::info!(codes = n, "dead pairing codes purged"),
-                                Err(e) => tracing::warn!(error = %e, "pairing codes not purged"),
-                            }
+                            sweep_codes(&sweeper, super::seats::now_ms(), keep).await;
                         }
                     }
                     _ = sweep_stop.changed() => return,
@@ -499,13 +496,11 @@ impl Hub {
         self.engine.seats.registration(inbox, game).is_some()
     }
 
+    /// The hourly sweep of pairing codes, now; returns how many codes it forgot and how
+    /// many games it cancelled.
     #[cfg(test)]
-    pub(crate) async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> usize {
-        self.engine
-            .seats
-            .purge_codes(now_ms, keep_ms)
-            .await
-            .expect("purge")
+    pub(crate) async fn sweep_codes(&self, now_ms: u64, keep_ms: u64) -> (usize, usize) {
+        sweep_codes(&self.engine, now_ms, keep_ms).await
     }
 
     #[cfg(test)]
@@ -744,4 +739,39 @@ fn check_key(k: &str) -> Result<(), HubError> {
                 .into(),
         )
     })
+}
+
+/// Forgets pairing codes dead for `keep_ms`, and cancels each game still waiting behind
+/// one of them that expired (never used, never replaced): nobody can join such a game,
+/// and it would hold a place under its host's cap for good. Its sockets are told as for
+/// a host's cancel. Returns how many codes it forgot and how many games it cancelled.
+async fn sweep_codes(engine: &Engine, now_ms: u64, keep_ms: u64) -> (usize, usize) {
+    let purged = match engine.seats.purge_codes(now_ms, keep_ms).await {
+        Ok(purged) => purged,
+        Err(e) => {
+            tracing::warn!(error = %e, "pairing codes not purged");
+            return (0, 0);
+        }
+    };
+    let mut cancelled = 0;
+    for (inbox, game, hash) in &purged.expired {
+        match engine.seats.abandon(inbox, game, hash).await {
+            Ok(true) => {
+                engine.rooms.publish(Publication::cancelled(inbox, game));
+                cancelled += 1;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(%game, error = %e, "a game waiting behind a dead code was not cancelled")
+            }
+        }
+    }
+    if purged.codes > 0 {
+        tracing::info!(
+            codes = purged.codes,
+            games_cancelled = cancelled,
+            "dead pairing codes purged"
+        );
+    }
+    (purged.codes, cancelled)
 }

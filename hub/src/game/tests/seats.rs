@@ -285,11 +285,21 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     // Dead codes are remembered for a while, then purged: a try then finds no code.
     let now = crate::game::seats::now_ms();
     let keep = 60_000;
-    assert_eq!(f.hub.purge_codes(now, keep).await, 0, "all died just now");
-    assert_eq!(g.hub.purge_codes(now, keep).await, 0);
-    // a's first code (replaced), a's fresh code (used), b's code (cancelled).
-    assert_eq!(f.hub.purge_codes(now + keep + 1_000, keep).await, 3);
-    assert_eq!(g.hub.purge_codes(now + keep + 1_000, keep).await, 1);
+    assert_eq!(
+        f.hub.sweep_codes(now, keep).await,
+        (0, 0),
+        "all died just now"
+    );
+    assert_eq!(g.hub.sweep_codes(now, keep).await, (0, 0));
+    // a's first code (replaced), a's fresh code (used), b's code (cancelled): no game
+    // waits behind them.
+    assert_eq!(f.hub.sweep_codes(now + keep + 1_000, keep).await, (3, 0));
+    // e's code expired and was never replaced: nobody can join e, which is cancelled
+    // rather than left holding its host's place under the cap for good.
+    assert!(g.hub.engine_holds_open(INBOX, &e.game));
+    assert_eq!(g.hub.sweep_codes(now + keep + 1_000, keep).await, (1, 1));
+    assert!(!g.hub.engine_holds_open(INBOX, &e.game));
+    assert_eq!(g.hub.engine_open_games("p"), 0);
     assert_eq!(
         pair_error(&f.hub, &fresh.pairing_code).await,
         Some("not_found")
