@@ -35,10 +35,17 @@ pub struct Metrics {
     /// (section 1 reasons: `too_large`, `bad_json`, …); they never reach the inbox.
     pub input_refused: IntCounterVec,
     /// `pipehub_games{phase}`: seated and anonymous games known to this hub, by phase
-    /// (`waiting`, `paired`, `started`, `finished`).
+    /// (`waiting`, `paired`, `started`, `finished`). Waiting and paired are every seated
+    /// game not started; started and finished are the games an actor of this hub has
+    /// judged since the hub started (after a restart: the open seated games it rebuilds,
+    /// and any other game once something reads or plays it), so they are not the store's
+    /// totals. `pipehub_games_ended_total` counts ends across restarts.
     pub games: IntGaugeVec,
     /// `pipehub_games_created_total`: seated games created through the API.
     pub games_created: IntCounter,
+    /// `pipehub_games_ended_total`: games this hub refereed to their end (a win, a draw or
+    /// a resign), counted once, by the referee that judged the last event.
+    pub games_ended: IntCounter,
     /// `pipehub_actors_resident`: game actors currently in memory.
     pub actors_resident: IntGauge,
     /// `pipehub_websocket_connections`: open WebSocket connections.
@@ -165,12 +172,16 @@ impl Metrics {
             )?,
             games: gauge_vec(
                 "pipehub_games",
-                "Games known to this hub, by phase.",
+                "Games known to this hub, by phase: waiting and paired, every seated game not started; started and finished, those an actor of this hub judged since it started.",
                 &["phase"],
             )?,
             games_created: counter(
                 "pipehub_games_created_total",
                 "Seated games created through the API.",
+            )?,
+            games_ended: counter(
+                "pipehub_games_ended_total",
+                "Games this hub refereed to their end (a win, a draw or a resign).",
             )?,
             actors_resident: gauge(
                 "pipehub_actors_resident",

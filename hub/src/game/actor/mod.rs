@@ -242,6 +242,7 @@ impl GameActor {
         self.settle(record);
         self.write_owed(ctx);
         if !was_over && self.is_over() {
+            self.engine.metrics.games_ended.inc();
             ctx.run_later(FINISHED_LINGER, |act, ctx| {
                 act.stop_if_idle(FINISHED_LINGER, ctx)
             });

@@ -94,6 +94,7 @@ async fn an_anonymous_game_plays_to_a_win_and_exports_a_verifiable_chain() {
         .expect("state");
     let result = state.result.expect("result");
     assert_eq!((result.status, result.winner), ("win", Some(Seat::X)));
+    assert_eq!(f.metrics.games_ended.get(), 1, "the end is counted once");
     assert_eq!(state.phase, Phase::Started);
     assert_eq!(state.protocol.as_deref(), Some("pipehub:tic-tac-toe"));
 
