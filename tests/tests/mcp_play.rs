@@ -347,4 +347,16 @@ fn a_game_nobody_joined_shows_its_code_a_fresh_one_once_expired_and_resign_cance
     assert_eq!(gone.status, 404, "{}", gone.body);
     assert_eq!(x.ok("game_list", json!({}))["seats"], json!([]));
     assert!(seat_files(&state).is_empty(), "the seat file is gone");
+
+    // A seat file damaged on this computer is named by game_list, not passed over.
+    x.stop();
+    std::fs::write(state.join("seats").join("seat-cut.json"), b"{\"hub\": \"ht").expect("written");
+    let mut x = start(2);
+    let listed = x.call("game_list", json!({}));
+    assert_eq!(
+        listed["structuredContent"]["damaged"],
+        json!(["seat-cut.json"])
+    );
+    let text = listed["text"].as_str().unwrap_or_default();
+    assert!(text.contains("could not read 1 seat file"), "{text}");
 }

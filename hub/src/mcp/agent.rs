@@ -59,6 +59,8 @@ pub struct Agent {
     seats: Mutex<HashMap<String, Arc<SeatHandle>>>,
     /// Each seat's watcher, by game id.
     watchers: Mutex<HashMap<String, JoinHandle<()>>>,
+    /// Seat files found at start that could not be read: `game_list` names them.
+    damaged: Vec<String>,
 }
 
 impl Drop for Agent {
@@ -74,7 +76,7 @@ impl Agent {
     pub async fn open(config: Config) -> Result<Arc<Agent>, AgentError> {
         let store = Store::open(&config.state_dir)?;
         let client = HubClient::new(&config.hub)?;
-        let mut records = store.load(client.base())?;
+        let (mut records, damaged) = store.load(client.base())?;
         // Seat X first: should two records of one game remain (an agent of an earlier
         // release could redeem its own code), the seat it made is the one it keeps.
         records.sort_by_key(|r| r.seat != "X");
@@ -87,6 +89,7 @@ impl Agent {
             inbox: config.inbox,
             seats: Mutex::new(HashMap::new()),
             watchers: Mutex::new(HashMap::new()),
+            damaged,
         });
         for record in records {
             agent.adopt(record);
@@ -503,7 +506,11 @@ this is the game as last verified. Call game_wait again.";
                                  "seat": handle.seat.as_str(), "error": e.code(), "detail": e.to_string()}),
             });
         }
-        json!({ "seats": seats })
+        let mut list = json!({ "seats": seats });
+        if !self.damaged.is_empty() {
+            list["damaged"] = json!(self.damaged);
+        }
+        list
     }
 }
 

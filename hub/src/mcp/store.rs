@@ -234,8 +234,11 @@ impl Store {
     }
 
     /// Every complete seat (game and token known) of the hub `hub`.
-    pub fn load(&self, hub: &str) -> std::io::Result<Vec<SeatRecord>> {
+    /// Also returns the names of the seat files it could not read (damaged, cut short):
+    /// their games cannot be played from here, and the person should hear of it.
+    pub fn load(&self, hub: &str) -> std::io::Result<(Vec<SeatRecord>, Vec<String>)> {
         let mut seats = Vec::new();
+        let mut damaged = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let path = entry?.path();
             let is_seat = path
@@ -245,14 +248,25 @@ impl Store {
             if !is_seat {
                 continue;
             }
-            let Ok(text) = fs::read(&path) else { continue };
-            match serde_json::from_slice::<SeatRecord>(&text) {
-                Ok(r) if r.hub == hub && r.game.is_some() && r.token.is_some() => seats.push(r),
-                Ok(_) => {}
-                Err(_) => tracing::warn!(file = %path.display(), "an unreadable seat file"),
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let read = fs::read(&path)
+                .ok()
+                .and_then(|text| serde_json::from_slice::<SeatRecord>(&text).ok())
+                .filter(|r| r.signing_key().is_some());
+            match read {
+                Some(r) if r.hub == hub && r.game.is_some() && r.token.is_some() => seats.push(r),
+                Some(_) => {}
+                None => {
+                    tracing::warn!(file = %path.display(), "an unreadable seat file");
+                    damaged.push(name);
+                }
             }
         }
-        Ok(seats)
+        damaged.sort();
+        Ok((seats, damaged))
     }
 }
 
@@ -334,16 +348,30 @@ mod tests {
         let store = Store::open(tmp.path()).expect("opens");
         let mut a = SeatRecord::mint("http://h", "lobby", Seat::X, Some("p".into()));
         store.save(&a).expect("saves before posting");
-        assert!(store.load("http://h").expect("loads").is_empty());
+        assert!(store.load("http://h").expect("loads").0.is_empty());
         a.game = Some("g1".into());
         a.token = Some("t".into());
         store.save(&a).expect("saves");
         let other = SeatRecord::mint("http://other", "lobby", Seat::O, None);
         store.save(&other).expect("saves");
-        let loaded = store.load("http://h").expect("loads");
+        let (loaded, damaged) = store.load("http://h").expect("loads");
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].public_key(), a.public_key());
         assert!(!format!("{:?}", loaded[0]).contains(&a.key));
+        assert!(damaged.is_empty());
+        // A file cut short, or whose key is not one, is named, not silently passed over.
+        let cut = store.dir().join("seat-cut.json");
+        fs::write(&cut, b"{\"hub\": \"http://h\", \"inb").expect("written");
+        let mut bad = a.clone();
+        bad.key = "zz".repeat(32);
+        fs::write(
+            store.dir().join("seat-badkey.json"),
+            serde_json::to_vec(&bad).expect("json"),
+        )
+        .expect("written");
+        let (loaded, damaged) = store.load("http://h").expect("loads");
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(damaged, ["seat-badkey.json", "seat-cut.json"]);
     }
 
     #[cfg(unix)]

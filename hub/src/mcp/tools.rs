@@ -320,6 +320,15 @@ fn listing(list: Value) -> CallToolResult {
             standing(s)
         ));
     }
+    if let Some(files) = list["damaged"].as_array().filter(|f| !f.is_empty()) {
+        let names: Vec<&str> = files.iter().filter_map(Value::as_str).collect();
+        text.push_str(&format!(
+            "This agent could not read {} seat file(s) in its state directory ({}): damaged on this \
+computer, not by the hub. The games they held cannot be played from here; tell your person.\n",
+            names.len(),
+            state::escape(&names.join(", "))
+        ));
+    }
     let mut result = CallToolResult::structured(list);
     result.content = vec![ContentBlock::text(text)];
     result
