@@ -142,14 +142,6 @@ pub fn normalize_code(code: &str) -> Option<String> {
     (out.len() == 8).then_some(out)
 }
 
-/// What [`Seats::purge_codes`] did: how many codes it forgot, and of those the ones that
-/// had expired, each as (inbox, game, code hash).
-#[derive(Debug, Default)]
-pub struct Purged {
-    pub codes: usize,
-    pub expired: Vec<(String, String, String)>,
-}
-
 /// A fresh seat token: 256 random bits as 64 hex characters.
 pub fn new_token() -> String {
     let mut bytes = [0u8; 32];
@@ -764,31 +756,23 @@ impl Seats {
     /// deleted together, so that the store commits them at once: one by one, each
     /// waiting for a commit of its own, the purge of a busy hub's hour of codes would
     /// take most of the next hour.
-    ///
-    /// A code that expired (rather than was used or replaced) may be the only way into a
-    /// game still waiting for its guest: each is returned as (inbox, game, code hash), for
-    /// [`Seats::abandon`].
-    pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<Purged, HubError> {
+    pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<usize, HubError> {
         use futures_util::{StreamExt, TryStreamExt};
         // Pages of two in tests, so that theirs walk several, deleting as they go.
         const PAGE: usize = if cfg!(test) { 2 } else { 256 };
-        let mut purged = Purged::default();
+        let mut purged = 0;
         let mut after: Option<String> = None;
         loop {
             let page = self.meta.scan_page("code/", after.as_deref(), PAGE).await?;
             let more = page.len() == PAGE;
             let mut dead = Vec::new();
             for (key, value) in &page {
-                let rec = serde_json::from_slice::<CodeRecord>(value).ok();
-                // Unreadable: nothing can redeem it.
-                let dead_since = rec.as_ref().map_or(0, |r| r.expires_ms);
+                let dead_since = match serde_json::from_slice::<CodeRecord>(value) {
+                    Ok(rec) => rec.expires_ms,
+                    Err(_) => 0, // unreadable: nothing can redeem it
+                };
                 if dead_since.saturating_add(keep_ms) < now_ms {
                     dead.push(key.clone());
-                    if let (Some(rec), Some(hash)) = (rec, key.strip_prefix("code/")) {
-                        if !rec.used {
-                            purged.expired.push((rec.inbox, rec.game, hash.to_string()));
-                        }
-                    }
                 }
             }
             // Discarded, not deleted: the page has just read them, and a delete would look
@@ -799,7 +783,7 @@ impl Seats {
                 .buffer_unordered(PAGE)
                 .try_collect::<()>()
                 .await?;
-            purged.codes += count;
+            purged += count;
             // Others' work goes between pages: a page reads its values on this thread.
             tokio::task::yield_now().await;
             match page.into_iter().last() {
@@ -807,6 +791,42 @@ impl Seats {
                 _ => return Ok(purged),
             }
         }
+    }
+
+    /// The waiting games this hub holds that nobody can join any more: their code expired
+    /// more than `keep_ms` before `now_ms` and was never replaced, or is gone altogether
+    /// (purged). Each as (inbox, game, code hash), for [`Seats::abandon`]. Read before the
+    /// dead codes are purged, from the open games rather than from the codes, so that a
+    /// game whose code was purged before (or while the hub stopped) is found too.
+    pub async fn stranded(
+        &self,
+        now_ms: u64,
+        keep_ms: u64,
+    ) -> Result<Vec<(String, String, String)>, HubError> {
+        let mut stranded = Vec::new();
+        for reg in self.all_registrations() {
+            let Some(hash) = reg.code_hash.as_deref().filter(|_| !reg.paired) else {
+                continue;
+            };
+            // A game made less than that long ago has had no code dead that long.
+            if reg.created_ms.saturating_add(keep_ms) >= now_ms {
+                continue;
+            }
+            let dead = match self.meta.get(&code_key(hash)).await? {
+                None => true,
+                Some(bytes) => serde_json::from_slice::<CodeRecord>(&bytes).map_or(true, |c| {
+                    !c.used && c.expires_ms.saturating_add(keep_ms) < now_ms
+                }),
+            };
+            if dead {
+                stranded.push((
+                    reg.inbox.to_string(),
+                    reg.game.to_string(),
+                    hash.to_string(),
+                ));
+            }
+        }
+        Ok(stranded)
     }
 
     /// A fresh code for X before pairing; the old one dies.

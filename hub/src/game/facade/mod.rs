@@ -741,37 +741,46 @@ fn check_key(k: &str) -> Result<(), HubError> {
     })
 }
 
-/// Forgets pairing codes dead for `keep_ms`, and cancels each game still waiting behind
-/// one of them that expired (never used, never replaced): nobody can join such a game,
-/// and it would hold a place under its host's cap for good. Its sockets are told as for
-/// a host's cancel. Returns how many codes it forgot and how many games it cancelled.
+/// Cancels each waiting game nobody can join any more (its code dead for `keep_ms`, never
+/// replaced): it would hold a place under its host's cap for good, and a host who lost its
+/// token could never cancel it. Its sockets are told as for a host's cancel. Then forgets
+/// the pairing codes dead that long. The games go first: should the hub stop between the
+/// two, the next sweep finds them again. Returns how many codes it forgot and how many
+/// games it cancelled.
 async fn sweep_codes(engine: &Engine, now_ms: u64, keep_ms: u64) -> (usize, usize) {
-    let purged = match engine.seats.purge_codes(now_ms, keep_ms).await {
-        Ok(purged) => purged,
-        Err(e) => {
-            tracing::warn!(error = %e, "pairing codes not purged");
-            return (0, 0);
-        }
-    };
     let mut cancelled = 0;
-    for (inbox, game, hash) in &purged.expired {
-        match engine.seats.abandon(inbox, game, hash).await {
-            Ok(true) => {
-                engine.rooms.publish(Publication::cancelled(inbox, game));
-                cancelled += 1;
-            }
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(%game, error = %e, "a game waiting behind a dead code was not cancelled")
+    match engine.seats.stranded(now_ms, keep_ms).await {
+        Ok(stranded) => {
+            for (inbox, game, hash) in &stranded {
+                match engine.seats.abandon(inbox, game, hash).await {
+                    Ok(true) => {
+                        engine.rooms.publish(Publication::cancelled(inbox, game));
+                        cancelled += 1;
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(%game, error = %e, "a game nobody can join was not cancelled")
+                    }
+                }
             }
         }
+        Err(e) => tracing::warn!(error = %e, "waiting games behind dead codes not looked for"),
     }
-    if purged.codes > 0 {
+    if cancelled > 0 {
         tracing::info!(
-            codes = purged.codes,
-            games_cancelled = cancelled,
-            "dead pairing codes purged"
+            games = cancelled,
+            "games nobody could join any more were cancelled"
         );
     }
-    (purged.codes, cancelled)
+    let purged = match engine.seats.purge_codes(now_ms, keep_ms).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "pairing codes not purged");
+            0
+        }
+    };
+    if purged > 0 {
+        tracing::info!(codes = purged, "dead pairing codes purged");
+    }
+    (purged, cancelled)
 }
