@@ -46,6 +46,8 @@ enum Lie {
     Hang,
     /// Requests reach the hub, and the connection closes before its answer is passed on.
     LoseAnswer,
+    /// As `LoseAnswer`, for posted events only.
+    LosePostAnswer,
 }
 
 /// What the proxy's connections share.
@@ -187,7 +189,7 @@ fn serve(conn: TcpStream, upstream: &str, shared: &Shared) -> std::io::Result<()
             *shared.created.lock().expect("created") =
                 serde_json::from_str(&text).unwrap_or(Value::Null);
         }
-        if lie == Lie::LoseAnswer {
+        if lie == Lie::LoseAnswer || (posted_event && lie == Lie::LosePostAnswer) {
             return Ok(());
         }
         let text = if path.contains("/events?") && status == 200 {
@@ -621,6 +623,32 @@ fn a_wait_on_a_hub_that_hangs_ends_within_its_timeout() {
         back,
         "the agent never saw its turn once the hub answered again"
     );
+}
+
+#[test]
+fn a_move_whose_answer_is_lost_is_named_as_the_only_one_that_may_be_sent_again() {
+    // The hub records the move and its answer is lost: the agent cannot know which, so it
+    // says which move is the only one it may send at that seq, and does not ask the
+    // person for another.
+    let mut t = Table::new("pipehub:tic-tac-toe", None);
+    let game = t.game.clone();
+    t.proxy.lie(Lie::LosePostAnswer);
+    let lost = t.x.call(
+        "game_move",
+        json!({"game": game, "move": {"row": 2, "col": 1}}),
+    );
+    t.proxy.lie(Lie::None);
+    assert_eq!(lost["isError"], true, "{lost}");
+    let text = lost["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(r#"did not say whether it recorded the move {"col":1,"row":2}"#),
+        "{text}"
+    );
+    assert!(!text.contains("your person's turn"), "{text}");
+    // It was recorded: the board shows it, and the same move sent again is stale, not a
+    // second event.
+    let board = t.x.ok("game_board", json!({"game": game}));
+    assert_eq!(board["seq"], 1, "{board}");
 }
 
 #[test]

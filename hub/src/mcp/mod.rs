@@ -53,8 +53,9 @@ pub struct Config {
 /// nonce or token.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    /// The hub answered with an error before the inbox (or a read failed).
-    #[error("the hub refused: {code}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    /// The hub answered with an error: a refusal before the inbox (4xx), or a failure of
+    /// its own (5xx), after which a post may or may not have been recorded.
+    #[error("the hub {}: {code}{}", if *status >= 500 { "failed" } else { "refused" }, detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
     Hub {
         status: u16,
         code: String,

@@ -373,7 +373,10 @@ sent again (game_move with that very move, or game_resign if it was a resign)",
                 ctx.store.save(rec)?;
                 return Err(e);
             }
-            answer => answer?,
+            // The hub may have recorded it: say which event is the only one the seat may
+            // send at this seq now, so the person is not asked for another move.
+            Err(e) => return Err(unsettled(e, rec.signed.as_ref())),
+            Ok(answer) => answer,
         };
         if answer.verdict() == "accepted" {
             // From here on the log must hold this very event at its seq.
@@ -383,6 +386,37 @@ sent again (game_move with that very move, or game_resign if it was a resign)",
             }
         }
         Ok(answer)
+    }
+}
+
+/// A post's error that leaves open whether the hub recorded the event (a lost answer, a
+/// 5xx), with what the seat may do next.
+fn unsettled(e: AgentError, signed: Option<&Signed>) -> AgentError {
+    let Some(s) = signed else { return e };
+    let what = s.what.as_deref().unwrap_or("an event");
+    let next = format!(
+        "the hub did not say whether it recorded {what} (seq {}); it is the only event this seat \
+may send there now: game_move with that very move (or game_resign if it was a resign) sends it \
+again, and game_board shows whether it was played",
+        s.seq
+    );
+    match e {
+        AgentError::Transport(cause) => AgentError::Transport(format!("{cause}; {next}")),
+        AgentError::Hub {
+            status,
+            code,
+            detail,
+            retry_after,
+        } => AgentError::Hub {
+            status,
+            code,
+            detail: Some(match detail {
+                Some(d) => format!("{d}; {next}"),
+                None => next,
+            }),
+            retry_after,
+        },
+        e => e,
     }
 }
 

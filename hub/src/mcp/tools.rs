@@ -243,7 +243,12 @@ impl Tools {
         args: &Map<String, Value>,
         e: &AgentError,
     ) -> Option<Answer> {
-        let refused = matches!(e, AgentError::Rejected { .. } | AgentError::Hub { .. });
+        // A 5xx is no refusal: the event may have been recorded, and a board saying "your
+        // person's turn" would ask for a move the agent may not sign.
+        let refused = matches!(
+            e,
+            AgentError::Rejected { .. } | AgentError::Hub { status: ..500, .. }
+        );
         if !refused || !matches!(name, "game_move" | "game_resign") {
             return None;
         }
