@@ -736,6 +736,14 @@ fn an_owed_reveal_refused_by_a_rate_limit_is_retried_without_a_tool_call() {
     // hub pushes frames for O's commit, so only the agent's own retries can get it through.
     t.proxy.refuse_posts(7);
     t.o_moves(json!({"choice": "scissors"}));
+    // A wait meanwhile is not ended by the refusals its looks meet: it sees the end.
+    let waited =
+        t.x.call("game_wait", json!({"game": game, "timeoutSeconds": 30}));
+    assert_eq!(waited["isError"], false, "{waited}");
+    assert_eq!(
+        waited["structuredContent"]["result"]["winner"], "X",
+        "{waited}"
+    );
     let revealed = (0..80).any(|_| {
         std::thread::sleep(Duration::from_millis(500));
         t.events().iter().any(|i| {

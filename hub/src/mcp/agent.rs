@@ -401,15 +401,18 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
             let snap = match tokio::time::timeout(left.max(WAIT_LOOK_MIN), handle.sync(&self.ctx))
                 .await
             {
-                // A hub that is down for a moment (restarting, say) ends no wait: the
-                // agent looks again while the wait lasts, and only its end tells.
-                Ok(Err(e @ AgentError::Transport(_))) => {
+                // A hub that is down for a moment (restarting, say), or that asked for a duty
+                // the look wrote to wait (a rate limit), ends no wait: the agent looks again
+                // while the wait lasts, and only its end tells.
+                Ok(Err(e))
+                    if matches!(e, AgentError::Transport(_)) || e.retry_after().is_some() =>
+                {
                     let now = tokio::time::Instant::now();
                     if now + WAIT_RETRY >= deadline {
                         return match last {
                             Some(snap) => {
                                 let note = format!(
-                                        "The wait timed out, and the hub could not be reached at the last look ({e}): \
+                                        "The wait timed out, and the hub did not answer the last look ({e}): \
 this is the game as last verified. Call game_wait again."
                                     );
                                 Ok(Answer::of(&snap, Some(note)))
