@@ -330,12 +330,11 @@ fn a_game_nobody_joined_shows_its_code_a_fresh_one_once_expired_and_resign_cance
     let board = x.ok("game_board", json!({"game": game}));
     let fresh = board["pairingCode"].as_str().expect("a code").to_string();
     assert_ne!(fresh, code, "a fresh code");
-    let listed = x.ok("game_list", json!({}));
-    assert_eq!(
-        listed["seats"][0]["pairingCode"],
-        fresh.as_str(),
-        "{listed}"
-    );
+    let listed = x.call("game_list", json!({}));
+    let seat = &listed["structuredContent"]["seats"][0];
+    assert_eq!(seat["pairingCode"], fresh.as_str(), "{listed}");
+    let text = listed["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&format!("(pairing code {fresh})")), "{text}");
     let c = Client::new();
     let old = c.post(&hub.url("/v1/pair"), None, &json!({"code": code}));
     assert_eq!(old.status, 410, "the old code died: {}", old.body);

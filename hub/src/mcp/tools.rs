@@ -318,8 +318,12 @@ fn listing(list: Value) -> CallToolResult {
         text.push_str("(none)\n");
     }
     for s in &seats {
+        let code = s["pairingCode"]
+            .as_str()
+            .map(|c| format!(" (pairing code {})", state::escape(c)))
+            .unwrap_or_default();
         text.push_str(&format!(
-            "- game {} seat {}: {}\n",
+            "- game {} seat {}: {}{code}\n",
             state::escape(s["game"].as_str().unwrap_or("?")),
             s["seat"].as_str().unwrap_or("?"),
             standing(s)
