@@ -52,8 +52,8 @@ impl Handler<Snapshot> for GameActor {
     }
 }
 
-/// A game's listing entry, for a listing that holds none for it (or, on a node that only
-/// adjudicates the game elsewhere, none it knows to be final). `catch_up`: the game is
+/// A game's listing entry, for a listing that holds none for it (or, on a node where
+/// another node adjudicates the game, none it knows to be final). `catch_up`: the game is
 /// adjudicated on another node, so this actor first follows the verdicts recorded there
 /// (as [`CatchUp`](super::CatchUp) does).
 ///
