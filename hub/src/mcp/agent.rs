@@ -294,12 +294,7 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
             rec.held_choice = Some(choice.to_string());
             self.ctx.store.save(&rec)?;
             let snap = handle.sync_locked(&self.ctx, &mut rec).await?;
-            let note = if snap.held_choice.is_some() {
-                "The choice is held by this agent and will be committed on your person's turn."
-            } else {
-                "The choice is committed; the agent reveals it once both seats have committed."
-            };
-            return Ok(Answer::of(&snap, Some(note.into())));
+            return Ok(Answer::of(&snap, Some(state::choice_note(&snap).into())));
         }
         let seq = chain.seq().unwrap_or_default();
         if Seat::to_move_at(seq + 1) != handle.seat {

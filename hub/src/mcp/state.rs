@@ -111,6 +111,22 @@ pub fn your_turn(snap: &Snapshot) -> bool {
     games::Seat::to_move_at(seq + 1) == snap.seat
 }
 
+/// What became of a choice the person just made, as the game stands after it: held for
+/// the seat's turn, committed and waiting for the opponent, or already revealed with the
+/// opponent's (the round over, and a tie played again, within the one call).
+pub fn choice_note(snap: &Snapshot) -> &'static str {
+    if snap.held_choice.is_some() {
+        "The choice is held by this agent and will be committed on your person's turn."
+    } else if is_over(snap) {
+        "Both choices were revealed, and the game is over: the board shows how."
+    } else if your_turn(snap) {
+        "Both choices were revealed and the round is over (a tie is played again): the board shows \
+the rounds so far, and your person chooses for the next one."
+    } else {
+        "The choice is committed; the agent reveals it once both seats have committed."
+    }
+}
+
 /// True when the game is over.
 pub fn is_over(snap: &Snapshot) -> bool {
     snap.chain.result().is_some_and(|r| r.is_over())
@@ -211,6 +227,20 @@ mod tests {
             committed_choice: None,
             captures: moves.len() + 1,
         }
+    }
+
+    #[test]
+    fn a_choice_is_said_to_be_held_committed_or_already_revealed_as_the_game_stands() {
+        let rps = "pipehub:rock-paper-scissors";
+        let commit = json!({"commit": "0".repeat(64)});
+        let note = |moves: Vec<Value>, held| choice_note(&snap(rps, &moves, Seat::X, held));
+        assert!(note(vec![], Some("rock")).contains("held"));
+        assert!(note(vec![commit.clone()], None).contains("committed"));
+        // Back at the person's choice with nothing held: the round was played out (a tie
+        // replays it), so "committed" would contradict the board.
+        let replayed = note(vec![], None);
+        assert!(replayed.contains("round is over"), "{replayed}");
+        assert!(!replayed.contains("committed"), "{replayed}");
     }
 
     #[test]
