@@ -177,41 +177,35 @@ impl HubClient {
 
     /// Cancels a game nobody has joined, with X's token.
     pub async fn cancel(&self, inbox: &str, game: &str, token: &str) -> Result<(), CallError> {
-        let _permit = self.in_flight.acquire().await;
-        let response = self
-            .client
-            .delete(format!("{}/v1/inboxes/{inbox}/games/{game}", self.base))
-            .bearer_auth(token)
-            .send()
+        let url = format!("{}/v1/inboxes/{inbox}/games/{game}", self.base);
+        self.seat_call(self.client.delete(url), token, |_| false)
             .await
-            .map_err(|e| CallError::Transport(causes(&e)))?;
-        let status = response.status().as_u16();
-        if (200..300).contains(&status) {
-            return Ok(());
-        }
-        let body = response.text().await.unwrap_or_default();
-        Err(CallError::Refused {
-            status,
-            body: body.chars().take(200).collect(),
-        })
     }
 
     /// Resigns a game with X's token. A refereed refusal (422) counts as done: the only one
     /// a resign meets is a game that had ended already, which is what was wanted.
     pub async fn resign(&self, inbox: &str, game: &str, token: &str) -> Result<(), CallError> {
+        let url = format!("{}/v1/inboxes/{inbox}/games/{game}/resign", self.base);
+        self.seat_call(self.client.post(url), token, |status| status == 422)
+            .await
+    }
+
+    /// Sends a seat's request with its token; done on a success, or on a status `also_done`
+    /// takes as one.
+    async fn seat_call(
+        &self,
+        request: reqwest::RequestBuilder,
+        token: &str,
+        also_done: impl Fn(u16) -> bool,
+    ) -> Result<(), CallError> {
         let _permit = self.in_flight.acquire().await;
-        let response = self
-            .client
-            .post(format!(
-                "{}/v1/inboxes/{inbox}/games/{game}/resign",
-                self.base
-            ))
+        let response = request
             .bearer_auth(token)
             .send()
             .await
             .map_err(|e| CallError::Transport(causes(&e)))?;
         let status = response.status().as_u16();
-        if (200..300).contains(&status) || status == 422 {
+        if (200..300).contains(&status) || also_done(status) {
             return Ok(());
         }
         let body = response.text().await.unwrap_or_default();

@@ -139,14 +139,19 @@ impl HubClient {
         self.json(Method::POST, &url, None, Some(body)).await
     }
 
-    /// Cancels a game nobody has joined (X's token).
-    pub async fn cancel(&self, inbox: &str, game: &str, token: &str) -> Result<(), AgentError> {
-        let url = format!(
-            "{}/v1/inboxes/{}/games/{}",
+    /// `…/v1/inboxes/{inbox}/games/{game}` and `rest`, the ids percent-encoded.
+    fn game_url(&self, inbox: &str, game: &str, rest: &str) -> String {
+        format!(
+            "{}/v1/inboxes/{}/games/{}{rest}",
             self.base,
             seg(inbox),
             seg(game)
-        );
+        )
+    }
+
+    /// Cancels a game nobody has joined (X's token).
+    pub async fn cancel(&self, inbox: &str, game: &str, token: &str) -> Result<(), AgentError> {
+        let url = self.game_url(inbox, game, "");
         self.json(Method::DELETE, &url, Some(token), None).await
     }
 
@@ -157,23 +162,13 @@ impl HubClient {
         game: &str,
         token: &str,
     ) -> Result<FreshCode, AgentError> {
-        let url = format!(
-            "{}/v1/inboxes/{}/games/{}/code",
-            self.base,
-            seg(inbox),
-            seg(game)
-        );
+        let url = self.game_url(inbox, game, "/code");
         self.json(Method::POST, &url, Some(token), None).await
     }
 
     /// The seat's own state as the hub tells it (`GET …/view`).
     pub async fn view(&self, inbox: &str, game: &str, token: &str) -> Result<Value, AgentError> {
-        let url = format!(
-            "{}/v1/inboxes/{}/games/{}/view",
-            self.base,
-            seg(inbox),
-            seg(game)
-        );
+        let url = self.game_url(inbox, game, "/view");
         self.json(Method::GET, &url, Some(token), None).await
     }
 
