@@ -255,7 +255,10 @@ impl Store {
             let read = fs::read(&path)
                 .ok()
                 .and_then(|text| serde_json::from_slice::<SeatRecord>(&text).ok())
-                .filter(|r| r.signing_key().is_some());
+                // The name is derived from the key: a key changed on disk (a flipped
+                // byte that is still hex) no longer matches it, and would otherwise sign
+                // events the hub refuses, blamed on the hub.
+                .filter(|r| r.signing_key().is_some() && r.file_name() == name);
             match read {
                 Some(r) if r.hub == hub && r.game.is_some() && r.token.is_some() => seats.push(r),
                 Some(_) => {}
@@ -369,9 +372,28 @@ mod tests {
             serde_json::to_vec(&bad).expect("json"),
         )
         .expect("written");
+        // A key damaged into another valid key no longer matches the file's name.
+        let mut flipped = a.clone();
+        let first = if flipped.key.starts_with('0') {
+            "1"
+        } else {
+            "0"
+        };
+        flipped.key.replace_range(..1, first);
+        fs::write(
+            store.dir().join(a.file_name()),
+            serde_json::to_vec(&flipped).expect("json"),
+        )
+        .expect("written");
         let (loaded, damaged) = store.load("http://h").expect("loads");
-        assert_eq!(loaded.len(), 1);
-        assert_eq!(damaged, ["seat-badkey.json", "seat-cut.json"]);
+        assert!(loaded.is_empty());
+        let mut expected = vec![
+            a.file_name(),
+            "seat-badkey.json".into(),
+            "seat-cut.json".into(),
+        ];
+        expected.sort();
+        assert_eq!(damaged, expected);
     }
 
     #[cfg(unix)]
