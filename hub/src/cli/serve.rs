@@ -250,13 +250,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// The log filter when neither PIPEHUB_LOG nor RUST_LOG sets one. actix-http logs at
+/// ERROR every connection that sent something that is not HTTP (a NUL in a header, a
+/// bad request line), which any client can do at will, and which an operator can do
+/// nothing about: the client gets its 400 and the connection ends. Such lines would
+/// drown the errors an operator should act on, so that one module is left out.
+const DEFAULT_LOG: &str = "info,actix_http::h1::dispatcher=off";
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("PIPEHUB_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .or_else(|| EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
+        .unwrap_or_else(|| EnvFilter::new(DEFAULT_LOG));
     // A second initialisation (only possible in tests) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -295,6 +302,40 @@ mod tests {
     use clap::Parser;
 
     type Wrapper = crate::cli::Parsed<Args>;
+
+    #[test]
+    fn the_default_log_leaves_out_what_any_client_can_make_actix_http_say() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("not poisoned").extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(DEFAULT_LOG))
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "actix_http::h1::dispatcher", "stream error: bad header");
+            tracing::error!(target: "actix_server::worker", "a worker failed");
+            tracing::info!(target: "pipehub_hub::serve", "listening");
+            tracing::debug!(target: "pipehub_hub::serve", "chatter");
+        });
+        let text = String::from_utf8(lines.0.lock().expect("not poisoned").clone()).expect("utf-8");
+        assert!(!text.contains("stream error"), "{text}");
+        assert!(text.contains("a worker failed"), "{text}");
+        assert!(text.contains("listening"), "{text}");
+        assert!(!text.contains("chatter"), "{text}");
+    }
 
     #[test]
     fn flags_parse_into_a_config() {

@@ -271,16 +271,22 @@ impl Handler<Paired> for GameActor {
     }
 }
 
-/// Where the accepted chain's events are in the inbox, in chain order.
+/// Where the accepted chain's events are in the inbox, in chain order. A game that has
+/// no state has no chain to export either (a refused or skipped start): not found, as
+/// its state is, rather than an empty export. A seated game still waiting for its start
+/// exports an empty chain.
 #[derive(Clone, Debug, Message)]
-#[rtype(result = "Vec<Capture>")]
+#[rtype(result = "Result<Vec<Capture>, HubError>")]
 pub struct Export;
 
 impl Handler<Export> for GameActor {
-    type Result = MessageResult<Export>;
+    type Result = Result<Vec<Capture>, HubError>;
 
     fn handle(&mut self, _msg: Export, _ctx: &mut Self::Context) -> Self::Result {
         self.last_active = Instant::now();
-        MessageResult(self.accepted.clone())
+        if self.accepted.is_empty() && self.registration().is_none() {
+            return Err(self.absent());
+        }
+        Ok(self.accepted.clone())
     }
 }

@@ -508,13 +508,8 @@ impl GameActor {
                 }),
                 notice,
             )
-        } else if self.chain.is_skipped() {
-            return Err(HubError::NotFound(
-                "this game names a protocol this hub does not know; it is stored, not refereed"
-                    .into(),
-            ));
         } else {
-            return Err(HubError::NotFound("no such game".into()));
+            return Err(self.absent());
         };
         // A seat's own view shows the choice the hub keeps for it; nobody else's does.
         // (Only a seat's view is taken apart: the spectator's must come back whole.)
@@ -526,6 +521,20 @@ impl GameActor {
             });
         }
         Ok(st)
+    }
+
+    /// Why a game with neither an accepted start nor a seat registration has no state:
+    /// its id names no game, or a game of a protocol this hub does not referee.
+    pub(super) fn absent(&self) -> HubError {
+        if self.chain.is_skipped() {
+            HubError::NotFound(
+                "this game names a protocol this hub does not know; it is stored, not \
+                 refereed, and its captures are listed under …/events?game="
+                    .into(),
+            )
+        } else {
+            HubError::NotFound("no such game".into())
+        }
     }
 
     /// The choice behind `seat`'s commit of the round under way, recovered from the commit

@@ -201,11 +201,15 @@ impl Hub {
     /// The accepted chain of a game as JSON Lines (each event in its canonical form with its
     /// signature, one a line), which `pipehub verify` accepts.
     pub async fn export(&self, inbox: &str, game: &str) -> Result<String, HubError> {
+        if self.clustered() {
+            // As for `state`: a game still waiting for its start may be another node's.
+            self.registration(inbox, game).await?;
+        }
         if !self.engine.exists(inbox, game).await? {
             return Err(HubError::NotFound("no such game".into()));
         }
         self.catch_up(inbox, game).await?;
-        let accepted = self.engine.ask(inbox, game, Export).await?;
+        let accepted = self.engine.ask(inbox, game, Export).await??;
         let records = self.engine.inbox.game_records(inbox, game).await?;
         export_lines(&accepted, &records).map_err(|e| HubError::from(StoreError::Corrupt(e)))
     }

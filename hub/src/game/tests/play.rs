@@ -51,6 +51,67 @@ async fn an_export_reads_the_events_back_in_canonical_form() {
 }
 
 #[actix_rt::test]
+async fn a_game_with_no_accepted_start_has_no_export_as_it_has_no_state() {
+    let f = open(config()).await;
+    // Captures, but no start: a move first, then a start of a protocol the hub does not
+    // know (stored, not refereed).
+    let early = post(
+        &f,
+        event("early", 1, &"0".repeat(64), Seat::X, rc(0, 0)),
+        None,
+    )
+    .await
+    .expect("posted");
+    assert_eq!(early.verdict, Verdict::Rejected);
+    let mut unknown = event("unknown", 0, "", Seat::X, None);
+    unknown.protocol = Some("elsewhere:chess".into());
+    let skipped = post(&f, unknown, None).await.expect("posted");
+    assert_eq!(skipped.verdict, Verdict::Skipped);
+    for game in ["early", "unknown", "never"] {
+        let state = f.hub.state(INBOX, game, Viewer::Spectator).await;
+        assert!(
+            matches!(state, Err(HubError::NotFound(_))),
+            "{game}: {state:?}"
+        );
+        let export = f.hub.export(INBOX, game).await;
+        assert!(
+            matches!(&export, Err(HubError::NotFound(_))),
+            "{game}: {export:?}"
+        );
+    }
+    let Err(HubError::NotFound(why)) = f.hub.export(INBOX, "unknown").await else {
+        unreachable!("checked above");
+    };
+    assert!(why.contains("events?game="), "{why}");
+    // A seated game still waiting for its start exports its chain: none yet.
+    let (x, _) = seated(&f, "pipehub:tic-tac-toe", false).await;
+    let created = f
+        .hub
+        .create_game(
+            INBOX,
+            CreateGame {
+                protocol: None,
+                rules: None,
+                signed: false,
+                key: None,
+            },
+            "host-2",
+        )
+        .await
+        .expect("created");
+    assert_eq!(
+        f.hub.export(INBOX, &created.game).await.expect("export"),
+        ""
+    );
+    assert!(!f
+        .hub
+        .export(INBOX, &x.game)
+        .await
+        .expect("export")
+        .is_empty());
+}
+
+#[actix_rt::test]
 async fn an_anonymous_game_plays_to_a_win_and_exports_a_verifiable_chain() {
     let f = open(config()).await;
     let start = post(&f, event("t1", 0, "", Seat::X, None), None)
