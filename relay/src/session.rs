@@ -651,8 +651,8 @@ impl Session {
                     detail.as_deref(),
                     None,
                 ));
-                self.release_held();
-                self.show(Ok(state), None);
+                let released = self.release_held();
+                self.show_truth(Ok(state), released);
             }
             Ok(Outcome::Pending) => {
                 // No verdict yet: the room will publish it. Release what was held back.
@@ -665,11 +665,10 @@ impl Session {
                     failure.detail.as_deref(),
                     failure.retry_after,
                 ));
-                let held = self.watch.as_ref().is_some_and(|w| !w.held.is_empty());
-                self.release_held();
+                let released = self.release_held();
                 match truth {
-                    Some(state) => self.show(state, None),
-                    None if !held => self.resend_latest(None),
+                    Some(state) => self.show_truth(state, released),
+                    None if !released => self.resend_latest(None),
                     None => {}
                 }
             }
@@ -693,6 +692,23 @@ impl Session {
                 false,
             )),
         }
+    }
+
+    /// After a refusal, the true state, unless the publications just released
+    /// (`released`) ended with it or a newer one: a socket that lost its seq to another
+    /// socket of its seat got the winner's state, held back during its move, and then the
+    /// same state again.
+    fn show_truth(&mut self, state: Result<StateFrame, Failure>, released: bool) {
+        if let (true, Ok(truth), Some(watch)) = (released, &state, &self.watch) {
+            if watch
+                .latest
+                .as_ref()
+                .is_some_and(|l| l.seq() >= truth.seq())
+            {
+                return;
+            }
+        }
+        self.show(state, None);
     }
 
     fn resend_latest(&mut self, reference: Option<&Ref>) {
@@ -799,16 +815,19 @@ impl Session {
         }
     }
 
-    /// Sends what was held back during a move that got no state of its own to answer with.
-    fn release_held(&mut self) {
+    /// Sends what was held back during a move that got no state of its own to answer with;
+    /// true when there was any.
+    fn release_held(&mut self) -> bool {
         let held = self
             .watch
             .as_mut()
             .map(|w| std::mem::take(&mut w.held))
             .unwrap_or_default();
+        let released = !held.is_empty();
         for frame in held {
             self.send(frame.frame());
         }
+        released
     }
 }
 

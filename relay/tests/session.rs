@@ -94,6 +94,25 @@ impl Games for Script {
                 state: self.frame(Some(seat.seat), now),
             });
         }
+        if mv["lost_race"] == true {
+            // Another socket of the same seat won this seq: its event is published (to
+            // every socket of the seat, this one too) before this move is refused.
+            let seq = now + 1;
+            self.seq.store(seq, Ordering::SeqCst);
+            let delivery = Delivery {
+                cause: Cause::Accepted {
+                    seat: Some(seat.seat),
+                },
+                views: self.views(seq),
+            };
+            self.rooms.publish("i", "g", delivery);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Ok(Outcome::Rejected {
+                error: "stale_seq".into(),
+                detail: None,
+                state: self.frame(Some(seat.seat), seq),
+            });
+        }
         if mv["custodial"] == true {
             // As a custodial move makes: the seat's event, one more the hub writes for it,
             // then the other seat's, all published before the mover is answered with the
@@ -330,6 +349,28 @@ async fn a_publication_that_comes_after_the_answer_is_not_shown_twice() {
         );
     }
     // The mover's own publication came after its answer, and was not sent again.
+    assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
+}
+
+#[actix_rt::test]
+async fn a_move_that_lost_its_seq_to_the_same_seat_sees_the_winners_state_once() {
+    let url = start(100).await;
+    let mut x = seated(&url, "tx").await;
+    send(
+        &mut x,
+        json!({"t": "game.move", "move": {"lost_race": true}, "ref": "late"}),
+    )
+    .await;
+    let refused = recv(&mut x).await;
+    assert_eq!(
+        (&refused["t"], &refused["error"]),
+        (&json!("game.refused"), &json!("stale_seq")),
+        "{refused}"
+    );
+    assert_eq!(
+        recv(&mut x).await,
+        json!({"t": "game.state", "game": "g", "seat": "X", "seq": 1})
+    );
     assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
 }
 

@@ -177,14 +177,14 @@ impl Handler<Choose> for GameActor {
                 if board.outcome().is_over() {
                     return Err(HubError::Refused(Refusal::new(Reason::AfterEnd)));
                 }
-                // A seat that chose this round (its commit sealed, or being written) chooses
-                // again once the round is over. Held until then, a second choice shared the
-                // slot of the committed one: the reveal emptied it, the held choice was never
-                // committed, and the seat stayed marked as holding one for good. (A commit
-                // of ours that the referee refused leaves `writing` empty: the seat may
-                // choose again.)
-                let committing =
-                    self.writing.is_some() && self.choice[s].is_some() && !self.held[s];
+                // A seat that chose this round (its commit sealed, or being written by the
+                // hub or by a poster) chooses again once the round is over. Held until then,
+                // a second choice shared the slot of the committed one: the reveal emptied
+                // it, the held choice was never committed, and the seat stayed marked as
+                // holding one for good. (A commit of ours that the referee refused leaves
+                // `writing` and `committing` empty: the seat may choose again.)
+                let committing = self.committing[s].is_some()
+                    || (self.writing.is_some() && self.choice[s].is_some() && !self.held[s]);
                 if committing || board.sealed_commit(msg.seat).is_some() {
                     return Err(HubError::Refused(Refusal::with(
                         Reason::IllegalMove,
@@ -219,6 +219,7 @@ impl Handler<Choose> for GameActor {
             let signed = self.chain.signed();
             let draft = self.draft(event, signed);
             self.choice[s] = Some(msg.choice);
+            self.committing[s] = Some(draft.hash.clone());
             return Ok(Chosen::Commit(draft));
         }
         self.choice[s] = Some(msg.choice);
@@ -241,6 +242,29 @@ impl Handler<Choose> for GameActor {
             state: Box::new(self.state(Viewer::Seat(msg.seat))?),
             marked,
         }))
+    }
+}
+
+/// A choice's commit ([`Chosen::Commit`]) that its poster could not append (the store
+/// refused it): the seat has not chosen after all, and may choose again.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct Unchosen {
+    pub seat: Seat,
+    pub hash: String,
+}
+
+impl Handler<Unchosen> for GameActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unchosen, _ctx: &mut Self::Context) {
+        let s = idx(msg.seat);
+        if self.committing[s].as_deref() == Some(msg.hash.as_str()) {
+            self.committing[s] = None;
+            if !self.held[s] {
+                self.choice[s] = None;
+            }
+        }
     }
 }
 

@@ -21,7 +21,9 @@ mod cluster;
 mod messages;
 
 pub use cluster::{CatchUp, Kick, Retire, TakenOver};
-pub use messages::{Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot, Summarize};
+pub use messages::{
+    Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot, Summarize, Unchosen,
+};
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -89,6 +91,10 @@ pub struct GameActor {
     held: [bool; 2],
     /// Per seat: a held choice was lost to a restart.
     lost: [bool; 2],
+    /// Per seat: the hash of the commit of its choice handed to a poster to append and not
+    /// yet adjudicated. A second choice meanwhile is refused `already_chosen`, as once the
+    /// commit is in: drafted on the same head, it would race the first for its seq.
+    committing: [Option<String>; 2],
     /// The hash of an event the hub is writing on its own and has not seen adjudicated.
     writing: Option<String>,
     /// The head, keys and drafts shared with posters' threads ([`Desk`]). Events drafted
@@ -124,6 +130,7 @@ impl GameActor {
             choice: [None, None],
             held: [false, false],
             lost: [false, false],
+            committing: [None, None],
             writing: None,
             desk,
             write_failures: 0,
@@ -196,10 +203,15 @@ impl GameActor {
             if mv.get("choice").is_some() {
                 // The seat's reveal: its round is over.
                 self.choice[s] = None;
-            } else if mv.get("commit").is_some() && self.held[s] && seat == Some(event.player) {
-                self.held[s] = false;
-                self.engine.metrics.held_choices.dec();
-                self.clear_held_mark(event.player);
+            } else if let Some(commit) = mv.get("commit").and_then(|c| c.as_str()) {
+                // The seat's view shows the choice this commit seals, whichever of two
+                // racing choices won the seq (none when the commit is not the hub's).
+                self.choice[s] = self.custodian().recover(event.player, event.seq, commit);
+                if self.held[s] && seat == Some(event.player) {
+                    self.held[s] = false;
+                    self.engine.metrics.held_choices.dec();
+                    self.clear_held_mark(event.player);
+                }
             }
         }
         if self.chain.result().is_some_and(|r| r.is_over()) {
@@ -307,6 +319,11 @@ impl GameActor {
         // An event the actor wrote on its own (a start, a custodial step) has no poster:
         // its outcome, views and all, is not left behind for one to pick up.
         let own_write = hash.is_some() && hash == self.writing;
+        for drafted in &mut self.committing {
+            if hash.is_some() && *drafted == hash {
+                *drafted = None;
+            }
+        }
         let age_ms = super::seats::now_ms().saturating_sub(record.at_ms);
         metrics
             .capture_to_verdict

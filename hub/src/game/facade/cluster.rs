@@ -291,8 +291,14 @@ impl Hub {
             .await??
         {
             Chosen::Commit(draft) => {
-                let (capture, hash) = self.append_for(inbox, game, seat, draft).await?;
-                Ok(Forwarded::Appended(capture, hash))
+                let hash = draft.hash.clone();
+                match self.append_for(inbox, game, seat, draft).await {
+                    Ok((capture, hash)) => Ok(Forwarded::Appended(capture, hash)),
+                    Err(e) => {
+                        self.unchosen(inbox, game, seat, hash).await;
+                        Err(e)
+                    }
+                }
             }
             Chosen::Held(held) => {
                 held.marked().await;

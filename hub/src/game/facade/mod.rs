@@ -15,7 +15,7 @@ use games::{crypto, Action, Event, Seat, Viewer};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
-use super::actor::{self, Choose, Chosen, DraftMove, Snapshot};
+use super::actor::{self, Choose, Chosen, DraftMove, Snapshot, Unchosen};
 use super::custody;
 use super::engine::Engine;
 use super::seats::{self, Registration, Seats};
@@ -285,7 +285,15 @@ impl Hub {
             choice,
         };
         match self.engine.ask(&auth.inbox, &auth.game, msg).await?? {
-            Chosen::Commit(draft) => self.append_draft(auth, draft).await,
+            Chosen::Commit(draft) => {
+                let hash = draft.hash.clone();
+                let posted = self.append_draft(auth, draft).await;
+                if posted.is_err() {
+                    self.unchosen(&auth.inbox, &auth.game, auth.seat, hash)
+                        .await;
+                }
+                posted
+            }
             Chosen::Held(held) => Ok(Posted {
                 capture: None,
                 hash: None,
@@ -571,6 +579,12 @@ impl Hub {
                 refusal: None,
             },
         }
+    }
+
+    /// Tells a game's actor that the commit of `seat`'s choice (`hash`) never reached the
+    /// inbox, so that the seat may choose again.
+    pub(super) async fn unchosen(&self, inbox: &str, game: &str, seat: Seat, hash: String) {
+        let _ = self.engine.ask(inbox, game, Unchosen { seat, hash }).await;
     }
 
     async fn append_draft(&self, auth: &SeatAuth, draft: Posting) -> Result<Posted, HubError> {

@@ -287,6 +287,113 @@ async fn a_hub_held_seat_sends_its_choice_and_nothing_else() {
 }
 
 #[actix_rt::test]
+async fn two_racing_choices_commit_one_and_the_seat_is_shown_the_one_committed() {
+    // Two choices for one hub-held seat at once (a box and an HTTP client): both were
+    // drafted on the same head, one lost its seq (`stale_seq`), and the seat was shown
+    // whichever was drafted last, while the hub revealed the other.
+    let f = open(config()).await;
+    for round in 0..8 {
+        let (x, o) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+        let (a, b) = futures_util::future::join(
+            f.hub.post_move(&x, json!({"choice": "rock"})),
+            f.hub.post_move(&x, json!({"choice": "paper"})),
+        )
+        .await;
+        let mut committed = None;
+        for (choice, answer) in [("rock", a), ("paper", b)] {
+            match answer {
+                Ok(p) => {
+                    assert_eq!(p.verdict, Verdict::Accepted, "round {round}");
+                    assert!(committed.replace(choice).is_none(), "round {round}: both");
+                    let shown = p.state.expect("state");
+                    assert_eq!(
+                        shown
+                            .view
+                            .as_ref()
+                            .and_then(|v| v.value().get("pendingChoice").cloned()),
+                        Some(json!(choice)),
+                        "round {round}: the answer shows the choice committed"
+                    );
+                }
+                Err(HubError::Refused(r)) => assert_eq!(
+                    (r.reason, r.detail.as_deref()),
+                    (Reason::IllegalMove, Some("already_chosen")),
+                    "round {round}"
+                ),
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+        }
+        let committed = committed.expect("one choice committed");
+        let shown = f
+            .hub
+            .state(INBOX, &x.game, Viewer::Seat(Seat::X))
+            .await
+            .expect("state");
+        assert_eq!(
+            shown
+                .view
+                .as_ref()
+                .and_then(|v| v.value().get("pendingChoice").cloned()),
+            Some(json!(committed)),
+            "round {round}"
+        );
+        f.hub
+            .post_move(&o, json!({"choice": "scissors"}))
+            .await
+            .expect("commit");
+        assert_eq!(wait_for_seq(&f, &x.game, 4).await, 4, "round {round}");
+        let export = f.hub.export(INBOX, &x.game).await.expect("export");
+        let reveal: Value =
+            serde_json::from_str(export.lines().nth(3).expect("X's reveal")).expect("json");
+        assert_eq!(reveal["move"]["choice"], committed, "round {round}");
+        let rejected = f
+            .hub
+            .captures(INBOX, Some(&x.game), None, 100)
+            .await
+            .expect("captures")
+            .items
+            .into_iter()
+            .filter(|c| c.verdict == Verdict::Rejected)
+            .count();
+        assert_eq!(rejected, 0, "round {round}: no commit lost its seq");
+    }
+}
+
+#[actix_rt::test]
+async fn a_choice_whose_commit_the_store_refused_may_be_made_again() {
+    let inbox = MemInbox::new(4);
+    let f = open_on(inbox.clone(), Arc::new(MemMeta::default()), config()).await;
+    let (x, _) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+    inbox.fail_writes(true);
+    let refused = f.hub.post_move(&x, json!({"choice": "rock"})).await;
+    assert!(
+        matches!(refused, Err(HubError::Unavailable(_))),
+        "{refused:?}"
+    );
+    inbox.fail_writes(false);
+    let shown = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::X))
+        .await
+        .expect("state");
+    assert!(
+        shown
+            .view
+            .as_ref()
+            .and_then(|v| v.value().get("pendingChoice").cloned())
+            .is_none(),
+        "nothing was chosen: {:?}",
+        shown.view
+    );
+    let again = f
+        .hub
+        .post_move(&x, json!({"choice": "paper"}))
+        .await
+        .expect("commit");
+    assert_eq!(again.verdict, Verdict::Accepted);
+}
+
+#[actix_rt::test]
 async fn a_second_choice_in_a_round_is_refused_and_the_next_round_commits_at_once() {
     // A second choice after the seat's commit was answered "held" and shared the slot of
     // the committed one: the reveal emptied it, it was never committed, the seat's next
