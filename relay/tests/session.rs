@@ -94,25 +94,6 @@ impl Games for Script {
                 state: self.frame(Some(seat.seat), now),
             });
         }
-        if mv["lost_race"] == true {
-            // Another socket of the same seat won this seq: its event is published (to
-            // every socket of the seat, this one too) before this move is refused.
-            let seq = now + 1;
-            self.seq.store(seq, Ordering::SeqCst);
-            let delivery = Delivery {
-                cause: Cause::Accepted {
-                    seat: Some(seat.seat),
-                },
-                views: self.views(seq),
-            };
-            self.rooms.publish("i", "g", delivery);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            return Ok(Outcome::Rejected {
-                error: "stale_seq".into(),
-                detail: None,
-                state: self.frame(Some(seat.seat), seq),
-            });
-        }
         if mv["custodial"] == true {
             // As a custodial move makes: the seat's event, one more the hub writes for it,
             // then the other seat's, all published before the mover is answered with the
@@ -141,6 +122,17 @@ impl Games for Script {
             },
             views: self.views(seq),
         };
+        if mv["lost_race"] == true {
+            // Another socket of the same seat won this seq: its event is published (to
+            // every socket of the seat, this one too) before this move is refused.
+            self.rooms.publish("i", "g", delivery);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            return Ok(Outcome::Rejected {
+                error: "stale_seq".into(),
+                detail: None,
+                state: self.frame(Some(seat.seat), seq),
+            });
+        }
         if self.late {
             let rooms = self.rooms.clone();
             actix_rt::spawn(async move {

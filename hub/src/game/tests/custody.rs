@@ -17,12 +17,7 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
     assert_eq!(held.verdict, Verdict::Held);
     assert!(held.capture.is_none());
     let mine = held.state.expect("O's state");
-    assert_eq!(
-        mine.view
-            .as_ref()
-            .and_then(|v| v.value().get("pendingChoice").cloned()),
-        Some(json!("rock"))
-    );
+    assert_eq!(pending_choice(&mine), Some(json!("rock")));
     assert_eq!(f.inbox.count(INBOX, &x.game).await.expect("count"), before);
     // A second choice replaces the held one.
     f.hub
@@ -73,10 +68,7 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
         }
         let spectator = serde_json::to_string(&**spectator).expect("json");
         assert!(!spectator.contains("pendingChoice"));
-        let x_pending = x
-            .view
-            .as_ref()
-            .and_then(|v| v.value().get("pendingChoice").cloned());
+        let x_pending = pending_choice(x);
         assert!(x_pending.is_none() || x_pending == Some(json!("scissors")));
     }
     assert_eq!(published, 4);
@@ -228,10 +220,7 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
             .expect("state");
         seq = s.seq.unwrap_or(0);
         if seq >= 2 {
-            let pending = s
-                .view
-                .as_ref()
-                .and_then(|v| v.value().get("pendingChoice").cloned());
+            let pending = pending_choice(&s);
             assert_eq!(pending, Some(json!("paper")));
             break;
         }
@@ -307,10 +296,7 @@ async fn two_racing_choices_commit_one_and_the_seat_is_shown_the_one_committed()
                     assert!(committed.replace(choice).is_none(), "round {round}: both");
                     let shown = p.state.expect("state");
                     assert_eq!(
-                        shown
-                            .view
-                            .as_ref()
-                            .and_then(|v| v.value().get("pendingChoice").cloned()),
+                        pending_choice(&shown),
                         Some(json!(choice)),
                         "round {round}: the answer shows the choice committed"
                     );
@@ -330,10 +316,7 @@ async fn two_racing_choices_commit_one_and_the_seat_is_shown_the_one_committed()
             .await
             .expect("state");
         assert_eq!(
-            shown
-                .view
-                .as_ref()
-                .and_then(|v| v.value().get("pendingChoice").cloned()),
+            pending_choice(&shown),
             Some(json!(committed)),
             "round {round}"
         );
@@ -377,11 +360,7 @@ async fn a_choice_whose_commit_the_store_refused_may_be_made_again() {
         .await
         .expect("state");
     assert!(
-        shown
-            .view
-            .as_ref()
-            .and_then(|v| v.value().get("pendingChoice").cloned())
-            .is_none(),
+        pending_choice(&shown).is_none(),
         "nothing was chosen: {:?}",
         shown.view
     );
@@ -420,10 +399,7 @@ async fn a_second_choice_in_a_round_is_refused_and_the_next_round_commits_at_onc
         .await
         .expect("state");
     assert_eq!(
-        x_view
-            .view
-            .as_ref()
-            .and_then(|v| v.value().get("pendingChoice").cloned()),
+        pending_choice(&x_view),
         Some(json!("rock")),
         "X's view shows the choice it committed"
     );
@@ -499,9 +475,7 @@ async fn a_committed_choice_shows_in_its_seat_view_after_a_restart() {
         let game = x.game.clone();
         async move {
             let st = hub.state(INBOX, &game, viewer).await.expect("state");
-            st.view
-                .as_ref()
-                .and_then(|v| v.value().get("pendingChoice").cloned())
+            pending_choice(&st)
         }
     };
     assert_eq!(
@@ -510,4 +484,12 @@ async fn a_committed_choice_shows_in_its_seat_view_after_a_restart() {
     );
     assert_eq!(pending(Viewer::Seat(Seat::O)).await, None);
     assert_eq!(pending(Viewer::Spectator).await, None);
+}
+
+/// The choice a state's view shows as its seat's own, if any.
+fn pending_choice(state: &GameState) -> Option<Value> {
+    state
+        .view
+        .as_ref()
+        .and_then(|v| v.value().get("pendingChoice").cloned())
 }
