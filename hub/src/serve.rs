@@ -82,6 +82,12 @@ pub enum ServeError {
          node with the same --secret / PIPEHUB_SECRET"
     )]
     SharedSecretDiffers,
+    #[error(
+        "{0}. This node remembers more than the store now holds, so it stopped: start it \
+         again (its supervisor does) and it rebuilds every game from what the store holds; \
+         so must every other node on this Redis"
+    )]
+    StoreWentBack(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -114,7 +120,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let metrics = Arc::new(Metrics::new()?);
 
     let opened = Instant::now();
-    let (inbox, meta, cluster) = open_store(&config, &metrics).await?;
+    let Store {
+        inbox,
+        meta,
+        cluster,
+        went_back,
+    } = open_store(&config, &metrics).await?;
     if cluster.is_some() {
         check_shared_secret(meta.as_ref(), &secret).await?;
     }
@@ -267,9 +278,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let handle = server.handle();
     let mut server = actix_rt::spawn(server);
 
+    // A store that went back in time holds less than this node remembers: the node stops,
+    // and a fresh start (its supervisor's) rebuilds what it holds from the store.
+    let store_went_back = async move {
+        let Some(mut rx) = went_back else {
+            return std::future::pending().await;
+        };
+        let what = match rx.wait_for(Option::is_some).await {
+            Ok(what) => what.clone().unwrap_or_default(),
+            Err(_) => return std::future::pending().await,
+        };
+        what
+    };
+    let mut went_back = None;
     let served = tokio::select! {
         result = &mut server => Some(result),
         () = shutdown => None,
+        what = store_went_back => {
+            went_back = Some(what);
+            None
+        }
     };
     let result = match served {
         Some(joined) => joined.map_err(|e| ServeError::Server(std::io::Error::other(e))),
@@ -297,6 +325,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let _ = leases.await;
     }
     hub.shutdown().await;
+    if let Some(what) = went_back {
+        return Err(ServeError::StoreWentBack(what));
+    }
     inbox.sync().await?;
     tracing::info!("stopped; every acknowledged event is durable");
     result?.map_err(ServeError::Server)
@@ -361,11 +392,14 @@ async fn housekeep(state: http::AppState) {
 }
 
 /// A store and, with the Redis backend, this node's place in the cluster.
-type Store = (
-    Arc<dyn Inbox>,
-    Arc<dyn Meta>,
-    Option<Arc<crate::cluster::RedisCluster>>,
-);
+struct Store {
+    inbox: Arc<dyn Inbox>,
+    meta: Arc<dyn Meta>,
+    cluster: Option<Arc<crate::cluster::RedisCluster>>,
+    /// With Redis: says what happened once the store is seen to have gone back in time
+    /// ([`RedisInbox::went_back`]).
+    went_back: Option<tokio::sync::watch::Receiver<Option<String>>>,
+}
 
 /// Refuses an embedded store with one of its parts gone, before anything is made afresh in
 /// its place: a hub started on the inbox's log alone would let anyone move in seated games
@@ -483,7 +517,12 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         );
         inbox.set_fence(cluster.clone());
         metrics.cluster_shards.set(i64::from(inbox.shards()));
-        return Ok((inbox, Arc::new(meta), Some(cluster)));
+        return Ok(Store {
+            went_back: Some(inbox.went_back()),
+            inbox,
+            meta: Arc::new(meta),
+            cluster: Some(cluster),
+        });
     }
     // An I/O error opening the embedded store names the directory it met it in (a
     // permission refused, a read-only mount), not only the error.
@@ -525,7 +564,12 @@ async fn open_store(config: &Config, metrics: &Arc<Metrics>) -> Result<Store, Se
         Arc::downgrade(&meta),
         metrics.clone(),
     ));
-    Ok((inbox, meta, None))
+    Ok(Store {
+        inbox,
+        meta,
+        cluster: None,
+        went_back: None,
+    })
 }
 
 /// Copies the embedded stores' own fsync totals into the metrics once a second, until the

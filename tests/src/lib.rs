@@ -238,6 +238,15 @@ impl Hub {
         }
     }
 
+    /// Waits up to `within` for the hub to stop by itself; its exit code (`None` if it is
+    /// still running, or was killed by a signal).
+    pub fn exited_within(&mut self, within: Duration) -> Option<i32> {
+        let child = self.child.as_mut()?;
+        let status = wait_within(child, within)?;
+        self.child = None;
+        status.code()
+    }
+
     /// SIGTERM, then waits for a clean exit; returns the exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;

@@ -99,3 +99,50 @@ fn a_node_with_another_hub_secret_refuses_to_join() {
     // The first node goes on.
     assert_eq!(client.get(&first.url("/readyz")).status, 200);
 }
+
+#[test]
+fn nodes_stop_when_redis_comes_back_without_acknowledged_events() {
+    // Redis restored from an older AOF (or a replica without the last writes taking over)
+    // has lost acknowledged events and hands their positions out again. The nodes went
+    // on serving the states they remembered, answered moves `pending` for good or 201 with
+    // states the store did not hold, and exported chains that failed verification.
+    let mut redis = RedisServer::start();
+    let mut nodes = [node(&redis), node(&redis)];
+    let client = Client::new();
+    await_owners(
+        &client,
+        &nodes.iter().collect::<Vec<_>>(),
+        Duration::from_secs(15),
+    );
+    let g = Game::new(&client, &nodes[0], &nodes[1], "rollback");
+    g.play_until_accepted(&client, &nodes[0], 0);
+    let older = redis.persisted();
+    g.play_until_accepted(&client, &nodes[1], 1);
+    g.play_until_accepted(&client, &nodes[0], 2);
+    assert_eq!(g.state(&client, &nodes[1])["seq"], json!(3));
+
+    redis.restart_from(older.path());
+    for n in &mut nodes {
+        let code = n.exited_within(Duration::from_secs(20));
+        let log = n.log();
+        assert_eq!(code, Some(2), "{log}");
+        assert!(log.contains("went back in time"), "{log}");
+    }
+    // Started again, they hold what the store holds, and the game goes on from there.
+    for n in &mut nodes {
+        n.restart();
+    }
+    await_owners(
+        &client,
+        &nodes.iter().collect::<Vec<_>>(),
+        Duration::from_secs(20),
+    );
+    for n in &nodes {
+        assert_eq!(g.state(&client, n)["seq"], json!(1), "{}", n.log());
+    }
+    g.play_until_accepted(&client, &nodes[1], 1);
+    let export = client.get(&nodes[0].url(&g.path("/export")));
+    assert_eq!(export.status, 200, "{}", export.body);
+    let (code, report) = pipehub_tests::verify(&[], &export.body);
+    assert_eq!(code, 0, "{report}");
+}

@@ -27,6 +27,14 @@
 //! does not answer, [`Inbox::ready`] turns false (503 and a failing `/readyz`) until it does
 //! again. The connection manager reconnects by itself.
 //!
+//! A store that goes back in time (Redis restarted from an older AOF or snapshot, or a
+//! replica without the last writes took over) has lost acknowledged events, and hands
+//! their positions out again. A node notices it when the store gives out or shows a
+//! position no higher than one it has already seen, and says so once
+//! ([`RedisInbox::went_back`]): what it holds in memory (its referees' chains, verdicts,
+//! seats) is then newer than the store, and only a fresh start rebuilds it from what the
+//! store holds. Until then it takes no more writes and is not ready.
+//!
 //! What it deliberately does not do: work on Redis Cluster (the keys of one append span
 //! several hash slots; one Redis primary, with replicas if wanted, is the supported shape),
 //! or trim the shard streams (a game's history is its chain).
@@ -116,6 +124,9 @@ pub struct RedisInbox {
     shards: u32,
     durable: Vec<watch::Sender<u64>>,
     up: Arc<AtomicBool>,
+    /// Set once the store is seen to have gone back in time: what happened, for the log
+    /// and the operator.
+    went_back: watch::Sender<Option<String>>,
     fence: parking_lot::RwLock<Option<Arc<dyn Fence>>>,
     append: Script,
     put_verdict: Script,
@@ -189,6 +200,7 @@ impl RedisInbox {
             shards,
             durable,
             up: Arc::new(AtomicBool::new(true)),
+            went_back: watch::channel(None).0,
             fence: parking_lot::RwLock::new(None),
             append: Script::new(APPEND),
             put_verdict: Script::new(PUT_VERDICT),
@@ -201,6 +213,37 @@ impl RedisInbox {
     /// Fences verdict writes with the cluster's leases from now on.
     pub fn set_fence(&self, fence: Arc<dyn Fence>) {
         *self.fence.write() = Some(fence);
+    }
+
+    /// Resolves to what happened once the store is seen to have gone back in time (see the
+    /// module documentation); the node must then stop.
+    pub fn went_back(&self) -> watch::Receiver<Option<String>> {
+        self.went_back.subscribe()
+    }
+
+    /// Notes that shard `shard` of the store stands at `now`, where this node has seen
+    /// `seen`: its acknowledged events after `now` are lost.
+    fn gone_back(&self, shard: u32, seen: u64, now: u64) -> StoreError {
+        let what = format!(
+            "the Redis store went back in time: shard {shard} stood at position {seen} and \
+             now at {now}, so acknowledged events were lost (Redis restarted from an older \
+             AOF or snapshot, or a replica without the last writes took over)"
+        );
+        self.went_back.send_if_modified(|was| {
+            let first = was.is_none();
+            if first {
+                tracing::error!("{what}");
+                *was = Some(what.clone());
+            }
+            first
+        });
+        StoreError::Unavailable(what)
+    }
+
+    fn high(&self, shard: u32) -> u64 {
+        self.durable
+            .get(shard as usize)
+            .map_or(0, |tx| *tx.borrow())
     }
 
     /// The flag that says Redis answers, for other users of the same Redis to share.
@@ -377,6 +420,10 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
         drop(me);
         let woke: Result<redis::Value, _> = cmd.query_async(&mut con).await;
         let Some(me) = inbox.upgrade() else { return };
+        // What this node had seen before it reads the counters: a counter read after it
+        // is at least as high, unless the store went back (this node's own appends may
+        // raise what it has seen while the read is under way).
+        let seen: Vec<u64> = (0..me.shards).map(|s| me.high(s)).collect();
         let highs = match woke {
             Ok(_) => counters(&mut con, me.shards).await,
             Err(e) => Err(unavailable(e)),
@@ -386,7 +433,10 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
                 if !me.up.swap(true, Ordering::AcqRel) {
                     tracing::info!("redis reachable again");
                 }
-                for (shard, high) in highs.into_iter().enumerate() {
+                for (shard, (high, seen)) in highs.into_iter().zip(seen).enumerate() {
+                    if high < seen {
+                        me.gone_back(shard as u32, seen, high);
+                    }
                     me.bump(shard as u32, high);
                 }
             }
@@ -422,6 +472,13 @@ impl Inbox for RedisInbox {
         raw: Bytes,
     ) -> Result<Capture, StoreError> {
         let shard = self.shard_of(inbox, game);
+        if let Some(what) = self.went_back.borrow().clone() {
+            return Err(StoreError::Unavailable(what));
+        }
+        // Read before the append: the counter it takes its position from is at least this
+        // high, and goes only up, unless the store lost what it held. (Read after, it could
+        // already count this append, seen by the watcher meanwhile.)
+        let seen = self.high(shard);
         let pos: u64 = self.seen(
             self.append
                 .key(keys::seq(shard))
@@ -438,6 +495,9 @@ impl Inbox for RedisInbox {
                 .invoke_async(&mut self.con())
                 .await,
         )?;
+        if pos <= seen {
+            return Err(self.gone_back(shard, seen, pos - 1));
+        }
         self.bump(shard, pos);
         Ok(Capture { shard, pos })
     }
@@ -682,7 +742,7 @@ impl Inbox for RedisInbox {
     }
 
     fn ready(&self) -> bool {
-        self.up.load(Ordering::Acquire)
+        self.up.load(Ordering::Acquire) && self.went_back.borrow().is_none()
     }
 }
 

@@ -215,3 +215,80 @@ async fn the_redis_meta_store_replaces_only_what_it_was_told() {
     let (_s, _inbox, meta) = redis_meta().await;
     crate::meta::check_replace(&meta).await;
 }
+
+/// A store that lost acknowledged events hands their positions out again: the node that
+/// appended them must not take the reissued positions for new ones, nor go on serving
+/// what it remembers. Both ways of seeing it are checked: an append here, and the
+/// watcher reading the counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_went_back_in_time_is_noticed_and_takes_no_more_writes() {
+    let s = server();
+    let url = format!("redis://127.0.0.1:{}", s.port);
+    for (lost, by_append) in [(2, true), (1, false)] {
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut super::redis::connect(&url).await.expect("connect"))
+            .await
+            .expect("flushed");
+        let inbox = RedisInbox::open(&url, 1).await.expect("open");
+        let mut went_back = inbox.went_back();
+        let mut con = super::redis::connect(&url).await.expect("connect");
+        let mut older = Vec::new();
+        for i in 0..4 {
+            if i == 4 - lost {
+                // What an older AOF or snapshot holds: every key as it stands now.
+                let names: Vec<Vec<u8>> = redis::cmd("KEYS")
+                    .arg("ph:*")
+                    .query_async(&mut con)
+                    .await
+                    .expect("keys");
+                for name in names {
+                    let dump: Vec<u8> = redis::cmd("DUMP")
+                        .arg(&name)
+                        .query_async(&mut con)
+                        .await
+                        .expect("dump");
+                    older.push((name, dump));
+                }
+            }
+            inbox
+                .append("box", "g", None, raw(&format!("{{\"n\":{i}}}")))
+                .await
+                .expect("append");
+        }
+        assert!(inbox.ready());
+        // Redis restarted from it: the last `lost` events are gone.
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut con)
+            .await
+            .expect("flushed");
+        for (name, dump) in &older {
+            let _: () = redis::cmd("RESTORE")
+                .arg(name)
+                .arg(0)
+                .arg(dump)
+                .query_async(&mut con)
+                .await
+                .expect("restored");
+        }
+        if by_append {
+            let err = inbox
+                .append("box", "g", None, raw("{\"n\":4}"))
+                .await
+                .expect_err("a reissued position is not a fresh one");
+            assert!(err.to_string().contains("went back in time"), "{err}");
+        }
+        // Otherwise this node appends nothing: its watcher reads the counter.
+        tokio::time::timeout(Duration::from_secs(10), went_back.wait_for(Option::is_some))
+            .await
+            .expect("noticed within 10 s")
+            .expect("the inbox lives");
+        let what = went_back.borrow().clone().unwrap_or_default();
+        assert!(
+            what.contains(&format!("stood at position 4 and now at {}", 4 - lost)),
+            "{what}"
+        );
+        assert!(!inbox.ready());
+        let refused = inbox.append("box", "g", None, raw("{\"n\":5}")).await;
+        assert!(refused.is_err(), "{refused:?}");
+    }
+}

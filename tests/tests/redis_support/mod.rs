@@ -94,6 +94,26 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// A copy of what the server has persisted so far (its AOF directory), to start it
+    /// from again later ([`RedisServer::restart_from`]).
+    pub fn persisted(&self) -> tempfile::TempDir {
+        let copy = tempfile::tempdir().expect("a temporary directory");
+        copy_files(&self.dir.path().join("appendonlydir"), copy.path());
+        copy
+    }
+
+    /// Kills the server and starts it again from `older` (see [`RedisServer::persisted`]),
+    /// as a restore from an older backup, or a failover to a replica without the last
+    /// writes, leaves it: the acknowledged events since are gone.
+    pub fn restart_from(&mut self, older: &std::path::Path) {
+        self.kill9();
+        let aof = self.dir.path().join("appendonlydir");
+        std::fs::remove_dir_all(&aof).expect("the AOF directory removed");
+        std::fs::create_dir(&aof).expect("the AOF directory made");
+        copy_files(older, &aof);
+        self.spawn();
+    }
+
     /// One command through `redis-cli --raw`; its standard output.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
@@ -103,6 +123,17 @@ impl RedisServer {
         match out {
             Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
             Err(e) => panic!("cannot run redis-cli ({e}); scripts/test installs it"),
+        }
+    }
+}
+
+/// Copies the files of directory `from` (not its subdirectories) into `to`.
+fn copy_files(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).expect("a directory") {
+        let path = entry.expect("an entry").path();
+        if path.is_file() {
+            let name = path.file_name().expect("a file name");
+            std::fs::copy(&path, to.join(name)).expect("copied");
         }
     }
 }
