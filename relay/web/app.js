@@ -26,6 +26,10 @@
   const RETRY_MAX_MS = 10000;
   const PENDING_MAX_MS = 15000;
   const CHOICES = ['rock', 'paper', 'scissors'];
+  // The built-in games' rules in words, in the order people think of a board; other rules
+  // follow by their own names.
+  const RULE_LABELS = { rows: 'Rows', cols: 'Columns', winLength: 'In a row to win', bestOf: 'Best of' };
+  const ruleLabel = (name) => RULE_LABELS[name] || name;
 
   const $ = (id) => document.getElementById(id);
 
@@ -45,6 +49,7 @@
     listNext: null,
     listAsked: 0, // how many listings were asked for: only the latest one's answer is shown
     expiryTimer: null,
+    news: '', // what the last game.state told that this page did not do itself, for the status line
     skew: 0, // the hub's clock minus this computer's, in ms, from its answers' Date header
   };
 
@@ -61,7 +66,7 @@
     'bestOf:odd': 'best of must be an odd number',
     already_chosen: 'you chose already this round; choose again in the next',
     bad_move: 'that is not a move of this game',
-    rate_limited: 'too many actions at once; wait a moment',
+    rate_limited: 'too many actions at once',
     not_started: 'the game has not started yet',
     unavailable: 'the hub cannot take this right now; try again shortly',
     code_used: 'this code was used already, or a newer one replaced it, or its game was cancelled',
@@ -98,12 +103,30 @@
     if (node.getAttribute(name) !== value) node.setAttribute(name, value);
   }
 
-  function showAlert(message) {
-    const alert = $('alert');
-    alert.textContent = message || '';
-    alert.hidden = !message;
+  // Writes a message made of parts: strings, and the hub's reasons ({words, code}, from
+  // `reason`). A reason's words are read out; its code follows them in brackets, shown for
+  // diagnosis but hidden from screen readers, which the words already told.
+  function say(node, parts) {
+    node.textContent = '';
+    for (const part of parts) {
+      if (typeof part === 'string') {
+        node.append(part);
+      } else if (part) {
+        node.append(part.words);
+        if (part.code) node.appendChild(el('span', { class: 'reason-code', 'aria-hidden': 'true' }, ' (' + part.code + ')'));
+      }
+    }
   }
 
+  // A lobby message (role="alert"): showAlert('Could not join: ', reason, '.').
+  function showAlert(...parts) {
+    const alert = $('alert');
+    say(alert, parts);
+    alert.hidden = alert.textContent === '';
+  }
+
+  // The message log is a history to read back, not a live region: what happens is told
+  // once, by the status line or the notice, and the log keeps it.
   function log(message) {
     const list = $('log');
     list.appendChild(el('li', null, message));
@@ -112,10 +135,11 @@
   }
 
   // A message about the game in view, next to its board (the log may be off screen).
-  function showNotice(message) {
+  function showNotice(...parts) {
     const notice = $('notice');
-    setText(notice, message || '');
-    notice.hidden = !message;
+    const text = parts.map((p) => (typeof p === 'string' ? p : p ? p.words + (p.code ? ' (' + p.code + ')' : '') : '')).join('');
+    if (notice.textContent !== text) say(notice, parts);
+    notice.hidden = text === '';
   }
 
   function setConn(text) {
@@ -211,9 +235,8 @@
         // Gone already (another tab cancelled it): forgotten all the same. Joined since
         // the question, or not cancelled for another reason: the seat is kept, and why.
         if (e.status !== 401 && e.status !== 404) {
-          showAlert(e.code === 'already_paired'
-            ? 'Game ' + x.game + ' was joined just now, so it was not cancelled; your seat is kept.'
-            : 'Could not cancel game ' + x.game + ', so your seat is kept: ' + e.message);
+          if (e.code === 'already_paired') showAlert('Game ' + x.game + ' was joined just now, so it was not cancelled; your seat is kept.');
+          else showAlert('Could not cancel game ' + x.game + ', so your seat is kept: ', why(e), '.');
           return;
         }
       }
@@ -325,7 +348,9 @@
         cache: 'no-store',
       });
     } catch (e) {
-      throw new Error('The hub cannot be reached.');
+      const err = new Error('the hub cannot be reached');
+      err.reason = { words: err.message };
+      throw err;
     }
     const date = Date.parse(res.headers.get('Date') || '');
     // Whole seconds: only a difference of more than one tells anything.
@@ -337,10 +362,11 @@
       data = null;
     }
     if (!res.ok) {
-      let message = data && data.error ? describe(data.error, data.detail) : 'HTTP ' + res.status;
+      const r = data && data.error ? reason(data.error, data.detail) : { words: 'the hub answered HTTP ' + res.status };
       const wait = res.headers.get('Retry-After');
-      if (res.status === 429 && wait && !message.includes('retry after')) message += ' — try again in ' + wait + ' s';
-      const err = new Error(message);
+      if (res.status === 429 && wait && !r.words.includes('retry after')) r.words = r.words.replace(/; wait a moment$/, '') + '; retry after ' + wait + ' s';
+      const err = new Error(r.words);
+      err.reason = r;
       err.status = res.status;
       err.code = data && data.error;
       throw err;
@@ -367,7 +393,7 @@
         .map((p) => ({ ref: p.ref, spec: p.spec || {}, id: p.protocolId, isDefault: p.default === true }))
         .filter((p) => typeof p.ref === 'string');
     } catch (e) {
-      showAlert('Could not load the list of games: ' + e.message);
+      showAlert('Could not load the list of games: ', why(e), '.');
       return;
     }
     select.textContent = '';
@@ -383,7 +409,9 @@
     box.querySelectorAll('.rule').forEach((n) => n.remove());
     const p = S.protocols.find((x) => x.ref === $('create-protocol').value);
     const params = p && p.spec.parameters && typeof p.spec.parameters === 'object' ? p.spec.parameters : {};
-    const names = Object.keys(params);
+    const order = Object.keys(RULE_LABELS);
+    const rank = (name) => (order.includes(name) ? order.indexOf(name) : order.length);
+    const names = Object.keys(params).sort((a, b) => rank(a) - rank(b));
     box.hidden = names.length === 0;
     for (const name of names) {
       const param = params[name] || {};
@@ -394,7 +422,7 @@
       if (name === 'winLength' && params.rows && params.cols) range = ' (1 to the longer side)';
       // A best-of is odd, so that a game cannot end level.
       if (name === 'bestOf' && range) range = ' (odd, ' + range.slice(2);
-      row.appendChild(el('label', { htmlFor: id }, name + range));
+      row.appendChild(el('label', { htmlFor: id }, ruleLabel(name) + range));
       let input;
       if (param.type === 'boolean') {
         input = el('input', { id, type: 'checkbox', checked: param.default === true });
@@ -427,16 +455,16 @@
         const low = input.min === '' ? -Infinity : Number(input.min);
         const high = input.max === '' ? Infinity : Number(input.max);
         if (!Number.isInteger(n) || n < low || n > high) {
-          throw new Error(name + ' must be a whole number' + (input.min !== '' && input.max !== '' ? ' from ' + input.min + ' to ' + input.max : ''));
+          throw new Error('“' + ruleLabel(name) + '” must be a whole number' + (input.min !== '' && input.max !== '' ? ' from ' + input.min + ' to ' + input.max : ''));
         }
         rules[name] = n;
       }
     }
     if (rules.bestOf !== undefined && rules.bestOf % 2 === 0) {
-      throw new Error('bestOf must be an odd number, so that a game cannot end level');
+      throw new Error('“' + ruleLabel('bestOf') + '” must be an odd number, so that a game cannot end level');
     }
     if (rules.winLength !== undefined && rules.rows !== undefined && rules.cols !== undefined && rules.winLength > Math.max(rules.rows, rules.cols)) {
-      throw new Error('winLength can be at most the board\'s longer side (' + Math.max(rules.rows, rules.cols) + ')');
+      throw new Error('“' + ruleLabel('winLength') + '” can be at most the board\'s longer side (' + Math.max(rules.rows, rules.cols) + ')');
     }
     return rules;
   }
@@ -476,7 +504,7 @@
         });
         log('You created the game and sit as ' + c.seat + '.');
       } catch (e) {
-        showAlert('Could not create the game: ' + e.message);
+        showAlert('Could not create the game: ', why(e), '.');
       }
     });
   }
@@ -495,7 +523,7 @@
         enterGame({ mode: 'seat', inbox: p.inbox, game: p.game, seat: p.seat, token: p.token });
         log('You joined the game and sit as ' + p.seat + '.');
       } catch (e) {
-        showAlert('Could not join: ' + (e.code === 'not_found' ? 'no game has this code' : e.message) + '.');
+        showAlert('Could not join: ', e.code === 'not_found' ? 'no game has this code' : why(e), '.');
       }
     });
   }
@@ -528,7 +556,12 @@
       S.listNext = data && typeof data.next === 'string' ? data.next : null;
       const hadFocus = document.activeElement === $('list-more');
       $('list-more').hidden = !S.listNext;
-      if (items.length === 0 && !after) list.appendChild(el('li', null, 'No games in this inbox yet.'));
+      // The list itself is not a live region (a screen reader read out every game and its
+      // Watch button): one line says how many came.
+      const count = items.length === 1 ? '1 game' : items.length + ' games';
+      let said = after ? count.replace(/ game/, ' more game') + ' listed' : items.length ? count + ' listed' : 'No games in this inbox yet';
+      if (S.listNext) said += '; More games lists the next ones';
+      setText($('list-said'), said + '.');
       for (const g of items) {
         const li = el('li');
         const status = g.result && g.result.status && g.result.status !== 'in_progress' ? resultText(g.result, null) : g.phase;
@@ -545,7 +578,7 @@
         if (last) last.focus();
       }
     } catch (e) {
-      if (asked === S.listAsked) showAlert('Could not list games: ' + e.message);
+      if (asked === S.listAsked) showAlert('Could not list games: ', why(e), '.');
     }
   }
 
@@ -571,6 +604,8 @@
     S.truth = null;
     S.pending = null;
     S.myChoice = null;
+    S.news = '';
+    S.retry = 0;
     S.boardKey = '';
     for (const id of ['board', 'log', 'pairing-code', 'pairing-link', 'pairing-expires', 'status', 'game-title', 'game-meta']) {
       $(id).textContent = '';
@@ -586,6 +621,10 @@
   function enterGame(session) {
     resetGameView();
     S.session = session;
+    // An invitation this tab was opened with is dealt with: a reload shows this game.
+    $('join-invite').hidden = true;
+    $('join-button').removeAttribute('aria-describedby');
+    if (new URLSearchParams(location.search).has('code')) history.replaceState(null, '', location.pathname);
     // A code this tab kept may have been replaced from another tab meanwhile.
     if (session.mode === 'seat') {
       const kept = loadSeats().find((x) => sameSeat(x, session));
@@ -605,6 +644,31 @@
     render();
     connect();
     $('game-title').focus();
+  }
+
+  // An invitation link (`/?code=…`) opens the lobby with Join first, its code filled in and
+  // the focus on Join, also in a tab that showed a game: resuming that game put the code
+  // into the hidden form and said nothing. The tab's game is not lost: a seat stays under
+  // "Your games" (Resume), and a watched game's id is filled in under "Watch a game".
+  function offerInvitation(code, saved) {
+    $('lobby').insertBefore($('join-form'), $('create-form'));
+    $('join-code').value = code;
+    let text = 'You opened an invitation to a game: press Join to take its free seat.';
+    if (saved) {
+      S.session = null;
+      saveSession();
+      if (saved.mode === 'seat') {
+        text += ' The game this tab showed, ' + saved.game + ', stays under “Your games”.';
+      } else {
+        $('list-inbox').value = saved.inbox;
+        $('watch-id').value = saved.game;
+        text += ' The game this tab showed, ' + saved.game + ', is filled in under “Watch a game”.';
+      }
+    }
+    setText($('join-invite'), text);
+    $('join-invite').hidden = false;
+    $('join-button').setAttribute('aria-describedby', 'join-invite');
+    $('join-button').focus();
   }
 
   // Back to the lobby. A seat whose game goes on stays under "Your games"; one whose game
@@ -638,7 +702,7 @@
         render();
       } catch (e) {
         if (e.status === 401) return seatGone(s);
-        showAlert('Could not get a new code: ' + e.message);
+        showAlert('Could not get a new code: ', why(e), '.');
       }
     });
   }
@@ -656,7 +720,7 @@
         showAlert('The game was cancelled.');
       } catch (e) {
         if (e.status === 401) return seatGone(s);
-        showAlert('Could not cancel: ' + e.message);
+        showAlert('Could not cancel: ', why(e), '.');
       }
     });
   }
@@ -731,7 +795,7 @@
       // An unanswered move may or may not have reached the hub; the state after the
       // reconnect says which, so the early drawing is dropped now.
       S.pending = null;
-      render();
+      S.news = '';
       scheduleReconnect();
     };
   }
@@ -742,6 +806,7 @@
     S.retry += 1;
     setConn('reconnecting');
     S.retryTimer = setTimeout(connect, delay);
+    render();
   }
 
   function send(msg) {
@@ -774,11 +839,11 @@
         if (S.pending && msg.ref === S.pending.ref) {
           S.pending = null;
           log('The hub refused your move: ' + describe(msg.error, msg.detail) + '. It was taken back.');
-          showNotice('Your move was refused: ' + describe(msg.error, msg.detail) + '.');
+          showNotice('Your move was refused: ', reason(msg.error, msg.detail), '.');
           render();
         } else {
           log('The hub refused a request: ' + describe(msg.error, msg.detail) + '.');
-          showNotice('Refused: ' + describe(msg.error, msg.detail) + '.');
+          showNotice('Refused: ', reason(msg.error, msg.detail), '.');
         }
         break;
       case 'error':
@@ -789,10 +854,29 @@
     }
   }
 
-  function describe(error, detail) {
+  // What a refusal means, as {words, code}: the words for people, the hub's code and
+  // detail for diagnosis. A code the page has no words for is told by its name, with its
+  // detail, since nothing else would say it; a wait the hub asks for is always in the words.
+  function reason(error, detail) {
     const code = String(error || 'refused');
-    const words = REASONS[detail] || REASONS[code] || code.replace(/_/g, ' ');
-    return words + ' (' + code + (detail ? ': ' + String(detail) : '') + ')';
+    const more = detail ? String(detail) : '';
+    const known = REASONS[more] || REASONS[code];
+    if (!known) return { words: code.replace(/_/g, ' ') + (more ? ': ' + more : ''), code };
+    const wait = /retry after \d+ s/.exec(more);
+    let words = known;
+    if (wait) words += '; ' + wait[0];
+    else if (code === 'rate_limited') words += '; wait a moment';
+    return { words, code: code + (more ? ': ' + more : '') };
+  }
+
+  function describe(error, detail) {
+    const r = reason(error, detail);
+    return r.words + ' (' + r.code + ')';
+  }
+
+  // What went wrong with a request, as a reason to show.
+  function why(e) {
+    return e.reason || { words: e.message };
   }
 
   function onError(msg) {
@@ -823,7 +907,8 @@
       showAlert('Game ' + s.game + ' is gone: ' + String(msg.detail || 'the hub no longer knows it') + '.');
       return;
     }
-    showNotice(capital(describe(msg.error, msg.detail)) + '.');
+    const r = reason(msg.error, msg.detail);
+    showNotice({ words: capital(r.words), code: r.code }, '.');
   }
 
   function onState(state) {
@@ -854,15 +939,23 @@
 
   // ---------- telling what happened ----------
 
+  // Every line goes to the log. The news among them (what this page did not do itself: a
+  // guest joining, the other side's moves, a round's choices) is also told by the status
+  // line, before where the game stands, so that a screen reader hears each event once, in
+  // one place; what the status says anyway (the start, the end) is the log's alone.
   function narrate(before, after) {
+    S.news = '';
     if (!before) {
       log('Connected: ' + phaseText(after) + '.');
       return;
     }
-    if (before.phase !== after.phase) {
-      if (after.phase === 'paired') log('Your opponent joined.');
-      if (after.phase === 'started') log('The game started.');
-    }
+    const news = [];
+    const tell = (line, spoken) => {
+      log(line);
+      if (spoken) news.push(line);
+    };
+    if (before.phase === 'waiting' && after.phase !== 'waiting') tell(mySeat() === 'X' ? 'Your opponent joined.' : 'O joined.', true);
+    if (before.phase !== 'started' && after.phase === 'started') log('The game started.');
     const v = after.view;
     if (v && after.seq !== before.seq && after.seq !== null) {
       const kind = kindOf(after.protocol);
@@ -871,9 +964,10 @@
         const who = row ? row[v.lastMove.col] : null;
         if (who && (!before.view || before.view.moves !== v.moves)) {
           const missed = missedMoves(kind, before.view, v);
-          if (missed) log(missed);
-          if (kind === 'cells') log(who + ' played row ' + (v.lastMove.row + 1) + ', column ' + (v.lastMove.col + 1) + '.');
-          else log(who + ' dropped a piece in column ' + (v.lastMove.col + 1) + '.');
+          if (missed) tell(missed, true);
+          // A state that answers this page's own move carries its ref: that move is no news.
+          if (kind === 'cells') tell(who + ' played row ' + (v.lastMove.row + 1) + ', column ' + (v.lastMove.col + 1) + '.', !after.ref);
+          else tell(who + ' dropped a piece in column ' + (v.lastMove.col + 1) + '.', !after.ref);
         }
       }
       if (kind === 'choices' && Array.isArray(v.history)) {
@@ -881,7 +975,7 @@
         for (let i = seen; i < v.history.length; i += 1) {
           const r = v.history[i];
           const won = r.winner ? r.winner + ' takes the round' : 'a tie, replayed';
-          log('Round ' + (i + 1) + ': X ' + r.X + ', O ' + r.O + ' — ' + won + '.');
+          tell('Round ' + (i + 1) + ': X ' + r.X + ', O ' + r.O + ' — ' + won + '.', true);
         }
       }
     }
@@ -889,6 +983,7 @@
     if (after.result && after.result.status !== 'in_progress' && !wasOver) {
       log('Game over: ' + resultText(after.result, mySeat()) + '.');
     }
+    S.news = news.join(' ');
   }
 
   // Moves made while this page was not connected (or not watching: a seat played from
@@ -987,6 +1082,7 @@
   function play(move) {
     if (!canMove()) return;
     showNotice('');
+    S.news = '';
     const ref = newRef();
     S.pending = { ref, move };
     render();
@@ -1039,7 +1135,11 @@
       if (!expired && !Number.isNaN(expires)) S.expiryTimer = setTimeout(render, Math.min(expires - Date.now() - S.skew + 250, 2147483000));
     }
 
-    setText($('status'), t ? capital(phaseText(t)) + '.' : 'Connecting…');
+    // Before the first state: "Connecting…", or, once a try failed, that the hub cannot be
+    // reached (a watched game's page has nothing else to say so).
+    let status = S.retry > 0 ? 'The hub cannot be reached; the page keeps trying.' : 'Connecting…';
+    if (t) status = (S.news ? S.news + ' ' : '') + capital(phaseText(t)) + '.';
+    setText($('status'), status);
     document.body.dataset.phase = t ? t.phase : '';
     document.body.dataset.over = over() ? 'true' : 'false';
 
@@ -1103,7 +1203,7 @@
 
   // The game's exported log, checked link by link with the browser's own SHA-256: each
   // event's seq and prevHash and, in a signed game, its Ed25519 signature under its
-  // player's key from the start. The rules are not checked here (the hub referees them;
+  // seat's key from the start. The rules are not checked here (the hub referees them;
   // `pipehub verify` checks everything). Returns every event's hash, whether the game is
   // signed and whether this browser could check signatures, or throws with what is wrong.
   async function checkChain(inbox, game) {
@@ -1175,8 +1275,11 @@
       }
       got.signed = Boolean(got.keys);
       text = 'Checked in this browser: ' + (t.seq + 1) + (t.seq === 0 ? ' event links' : ' events link') + ' up to the head';
+      // A seat's key proves who signed only where its player holds it: a seat taken in
+      // this page sends no key of its own, so the hub holds it and signs with it.
       if (got.signed && got.noEd25519) text += ' (this browser cannot check Ed25519 signatures)';
-      else if (got.signed) text += ', each signed by its player';
+      else if (got.signed && s.mode === 'seat') text += ', each signed with its seat\'s key (the hub holds your seat\'s key and signs with it for you)';
+      else if (got.signed) text += ', each signed with its seat\'s key';
       text += '.';
       ok = true;
     } catch (e) {
@@ -1217,12 +1320,13 @@
       board.textContent = '';
       board.style.setProperty('--cols', String(cols));
       if (kind === 'columns' && seated) {
-        const drops = el('div', { class: 'drops', role: 'group', 'aria-label': 'Drop a piece' });
+        const drops = el('div', { class: 'drops', role: 'group', 'aria-label': 'Drop a piece', 'aria-describedby': 'board-keys' });
         for (let c = 0; c < cols; c += 1) {
           const b = el('button', { type: 'button', class: 'drop', 'data-col': String(c) }, '↓');
           b.addEventListener('click', () => play({ col: c }));
           drops.appendChild(b);
         }
+        rove(drops, cols);
         board.appendChild(drops);
       }
       const grid = el('div', { class: 'grid ' + kind, role: 'group', 'aria-label': 'Board' });
@@ -1240,7 +1344,12 @@
           grid.appendChild(cell);
         }
       }
+      if (kind === 'cells' && seated) {
+        grid.setAttribute('aria-describedby', 'board-keys');
+        rove(grid, cols);
+      }
       board.appendChild(grid);
+      if (seated) board.appendChild(el('p', { id: 'board-keys', class: 'hint' }, kind === 'cells' ? 'Arrow keys move between the squares; Enter or Space plays.' : 'Arrow keys move between the columns; Enter or Space drops a piece.'));
     }
 
     const movable = canMove();
@@ -1272,6 +1381,38 @@
       setAttr(b, 'aria-disabled', movable ? 'false' : 'true');
       b.classList.toggle('pending', Boolean(S.pending && S.pending.move.col === c));
     }
+  }
+
+  // One tab stop for a group of buttons laid out in rows of `cols` (a roving tabindex): the
+  // arrow keys move between them, Home and End to the ends of the row (with Ctrl, of the
+  // group), and Enter or Space presses the button as ever. Every square a tab stop put 400
+  // of them between the status line and Resign on a 20 by 20 board.
+  function rove(group, cols) {
+    const buttons = Array.from(group.querySelectorAll('button'));
+    buttons.forEach((b, i) => { b.tabIndex = i === 0 ? 0 : -1; });
+    // The tab stop is where the focus was last, whether it came by key, click or script.
+    group.addEventListener('focusin', (e) => {
+      const i = buttons.indexOf(e.target);
+      if (i < 0 || e.target.tabIndex === 0) return;
+      for (const b of buttons) if (b.tabIndex === 0) b.tabIndex = -1;
+      e.target.tabIndex = 0;
+    });
+    group.addEventListener('keydown', (e) => {
+      const i = buttons.indexOf(document.activeElement);
+      if (i < 0 || e.altKey || e.metaKey) return;
+      const start = i - (i % cols);
+      const end = Math.min(buttons.length, start + cols) - 1;
+      let to;
+      if (e.key === 'ArrowLeft') to = i > start ? i - 1 : i;
+      else if (e.key === 'ArrowRight') to = i < end ? i + 1 : i;
+      else if (e.key === 'ArrowUp') to = i >= cols ? i - cols : i;
+      else if (e.key === 'ArrowDown') to = i + cols < buttons.length ? i + cols : i;
+      else if (e.key === 'Home') to = e.ctrlKey ? 0 : start;
+      else if (e.key === 'End') to = e.ctrlKey ? buttons.length - 1 : end;
+      else return;
+      e.preventDefault();
+      buttons[to].focus();
+    });
   }
 
   function lowestEmpty(v, col) {
@@ -1319,7 +1460,10 @@
     }
     const seat = mySeat();
     let text = '';
-    if (seat) {
+    // Who has chosen speaks of a round under way: once the game is over, there is none.
+    if (over()) {
+      text = '';
+    } else if (seat) {
       if (early) text = 'Your choice: ' + early + ' (sending…)';
       else if (mine) text = 'Your choice this round: ' + mine;
       const other = seat === 'X' ? 'O' : 'X';
@@ -1392,12 +1536,11 @@
       adoptKeptCode();
     });
 
-    const code = new URLSearchParams(location.search).get('code');
-    if (code) $('join-code').value = code;
-
     loadProtocols();
     const saved = loadSession();
-    if (saved) enterGame(saved);
+    const code = new URLSearchParams(location.search).get('code');
+    if (code) offerInvitation(code, saved);
+    else if (saved) enterGame(saved);
     document.body.dataset.ready = 'true';
   }
 

@@ -5,15 +5,21 @@
 //! the pairing code, a third session finds it in the inbox listing and watches. They play
 //! tic-tac-toe to X's win; on the way X tries a cell O holds, and the page must draw that
 //! move at once and take it back when the hub refuses it; X reloads the tab mid-game and
-//! must get its seat back, and plays one move from the keyboard; the spectator must see
-//! every move, two of them made while its connection was down. At the end the page checks the game's signed chain with the browser's own
-//! SHA-256 and Ed25519, and must refuse a log altered on its way in. Then a game of
-//! rock-paper-scissors where O's early choice is held by the hub (shown on O's page, never
-//! on X's), and an unsigned one of connect-four that ends by resignation, whose chain the
-//! page checks by its links alone. Then a waiting game cancelled from elsewhere, which
-//! sends X's page and a spectator's back to the lobby saying so, and the lobby's edges:
-//! focus handed on when the pairing box goes, Forget of a seat whose guest joined while X
-//! was away, double clicks on Cancel and List, an inbox name the browser would take apart.
+//! must get its seat back, and plays one move from the keyboard (the board is one tab
+//! stop, the arrow keys move between its cells); the spectator must see every move, two of
+//! them made while its connection was down. Each event is read out once: the status line
+//! tells the others' moves, the refusal is told by the notice alone, and the log, the
+//! connection line and the game list are no live regions. At the end the page checks the
+//! game's signed chain with the browser's own SHA-256 and Ed25519, and must refuse a log
+//! altered on its way in. Then a game of rock-paper-scissors that O joins by its
+//! invitation link, opened in the tab that still shows the first game, where O's early
+//! choice is held by the hub (shown on O's page, never on X's), watched by the spectator;
+//! and an unsigned one of connect-four that ends by resignation, whose chain the page
+//! checks by its links alone. Then a waiting game cancelled from elsewhere, which sends
+//! X's page and a spectator's back to the lobby saying so, and the lobby's edges: a hub
+//! that cannot be reached, a spectator told that O joined, focus handed on when the
+//! pairing box goes, Forget of a seat whose guest joined while X was away, double clicks
+//! on Cancel and List, an inbox name the browser would take apart.
 //! Screenshots of each step are written to
 //! `target/tmp/browser/` for a person to look at.
 //!
@@ -25,7 +31,7 @@ mod browser_support;
 
 use std::time::Instant;
 
-use browser_support::{click, eval, screenshot, step, type_into, wait_eq, Driver};
+use browser_support::{click, eval, press, screenshot, step, type_into, wait_eq, Driver};
 use fantoccini::key::Key;
 use fantoccini::{Client, Locator};
 use serde_json::json;
@@ -40,6 +46,23 @@ const OVER: &str = "document.body.dataset.over";
 const STATUS: &str = "document.getElementById('status').textContent";
 const CHECKED: &str = "document.getElementById('chain-check').dataset.ok || ''";
 const CHECK_TEXT: &str = "document.getElementById('chain-check').textContent";
+const ALERT: &str =
+    "(() => { const a = document.getElementById('alert'); return !a.hidden && a.textContent; })()";
+/// Every region a screen reader reads out by itself when it changes.
+const LIVE: &str =
+    "[aria-live]:not([aria-live=\"off\"]), [role=\"alert\"], [role=\"status\"], [role=\"log\"]";
+/// The row and column of the focused element, as "row,col".
+const FOCUSED_CELL: &str =
+    "document.activeElement.dataset.row + ',' + document.activeElement.dataset.col";
+
+/// The labels of the create form's rule inputs, in order.
+async fn rule_labels(c: &Client) -> serde_json::Value {
+    eval(
+        c,
+        "Array.from(document.querySelectorAll('#create-rules label'), (l) => l.textContent)",
+    )
+    .await
+}
 
 /// Opens the page and waits until its script has run and the protocols are listed.
 async fn open(c: &Client, hub: &str) {
@@ -105,6 +128,14 @@ async fn watch_from_list(s: &Client, inbox: &str, game: &str) {
         json!(true),
     )
     .await;
+    // The list is not read out game by game: one line says how many came.
+    let said = eval(s, "document.getElementById('list-said').textContent").await;
+    let said = said.as_str().unwrap_or_default();
+    let counted = said.split(' ').next().and_then(|n| n.parse::<u32>().ok());
+    assert!(
+        counted.is_some() && said.contains(" listed"),
+        "the listing's count line says {said:?}"
+    );
     click(s, &watch).await;
 }
 
@@ -146,9 +177,9 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
     screenshot(&x, "lobby").await;
 
     step(t0, "lobby open");
-    tic_tac_toe(x.clone(), o.clone(), s.clone(), &base, &inbox, t0).await;
+    let first = tic_tac_toe(x.clone(), o.clone(), s.clone(), &base, &inbox, t0).await;
     step(t0, "tic-tac-toe: end seen by all");
-    rock_paper_scissors(x.clone(), o.clone(), &inbox).await;
+    rock_paper_scissors(x.clone(), o.clone(), s.clone(), &base, &inbox, &first).await;
     step(t0, "rock-paper-scissors over");
     connect_four_resigned(x.clone(), o.clone(), &inbox).await;
     step(t0, "resigned game over");
@@ -163,19 +194,56 @@ async fn two_players_and_a_spectator_play_in_real_browsers() {
 }
 
 /// X and O play tic-tac-toe to X's win while a spectator watches: a refused move is drawn
-/// and taken back, a reload keeps X's seat, and the spectator sees every move.
-async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t0: Instant) {
+/// and taken back, a reload keeps X's seat, and the spectator sees every move. Returns
+/// the game's id.
+async fn tic_tac_toe(
+    x: Client,
+    o: Client,
+    s: Client,
+    base: &str,
+    inbox: &str,
+    t0: Instant,
+) -> String {
     // X creates, O joins by code, both see the started game.
     let (game, code) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
     assert_eq!(code.len(), 8, "a pairing code is 8 characters: {code:?}");
+    // The rules are named in words, rows before columns.
+    assert_eq!(
+        rule_labels(&x).await,
+        json!([
+            "Rows (1–64)",
+            "Columns (1–64)",
+            "In a row to win (1 to the longer side)"
+        ])
+    );
     screenshot(&x, "x-waiting").await;
     open(&o, base).await;
     join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
-    wait_eq(&x, "X", STATUS, json!("Your turn.")).await;
+    // X's status may have told the join on its own line before the start.
+    wait_eq(
+        &x,
+        "X",
+        &format!("{STATUS}.endsWith('Your turn.')"),
+        json!(true),
+    )
+    .await;
     wait_eq(&o, "O", STATUS, json!("Waiting for X.")).await;
+    // The message log, the connection line and the list of games are not live regions:
+    // the status line and the notice tell each event once.
+    assert_eq!(
+        eval(
+            &x,
+            &format!(
+                "['log', 'conn', 'game-list'].filter((id) => document.getElementById(id).closest('{LIVE}'))"
+            )
+        )
+        .await,
+        json!([]),
+        "a region that repeats what the status says is read out"
+    );
 
     step(t0, "game started for X and O");
     // The spectator finds the game in the inbox's listing and watches it. Its page's
@@ -196,6 +264,23 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
     step(t0, "spectator watching");
     let all = [("X", &x), ("O", &o), ("spectator", &s)];
     play_cell(&x, &all, 0, 0, "X", 1).await;
+    // The status line tells the others' move before where the game stands; the mover's
+    // says only that.
+    wait_eq(
+        &o,
+        "O",
+        STATUS,
+        json!("X played row 1, column 1. Your turn."),
+    )
+    .await;
+    wait_eq(
+        &s,
+        "spectator",
+        STATUS,
+        json!("X played row 1, column 1. O to move."),
+    )
+    .await;
+    wait_eq(&x, "X", STATUS, json!("Waiting for O.")).await;
     play_cell(&o, &all, 1, 1, "O", 2).await;
 
     step(t0, "two moves");
@@ -240,6 +325,27 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
         json!(["X", "O"]),
         "the refused move was not drawn and then taken back"
     );
+    // The refusal is read out once, by the notice, and its code is shown, not read out.
+    assert_eq!(
+        eval(
+            &x,
+            &format!(
+                "Array.from(document.querySelectorAll('{LIVE}')).filter((n) => n.textContent.includes('square is taken')).map((n) => n.id)"
+            )
+        )
+        .await,
+        json!(["notice"]),
+        "the refusal is read out more than once"
+    );
+    assert_eq!(
+        eval(
+            &x,
+            "Array.from(document.querySelectorAll('#notice [aria-hidden=\"true\"]'), (n) => n.textContent)"
+        )
+        .await,
+        json!([" (illegal_move: occupied)"]),
+        "the hub's code is read out"
+    );
     assert_eq!(
         eval(&x, SEQ).await,
         json!("2"),
@@ -262,24 +368,47 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
     )
     .await;
     let players = [("X", &x), ("O", &o)];
-    // This move is made from the keyboard: Enter on the focused cell. The cell keeps the
-    // focus afterwards, since the board is updated in place rather than redrawn.
-    let target = "#board .cell[data-row=\"0\"][data-col=\"1\"]";
-    let button = x
-        .find(Locator::Css(target))
-        .await
-        .unwrap_or_else(|e| panic!("no cell {target}: {e}"));
-    button
-        .send_keys(&Key::Enter.to_string())
-        .await
-        .unwrap_or_else(|e| panic!("cannot press Enter on {target}: {e}"));
+    // This move is made from the keyboard. The board is one tab stop, where the focus was
+    // last (the refused cell); the arrow keys, Home and End move between the cells, Tab
+    // leaves the board and Shift+Tab comes back to the same cell; Enter plays.
+    let stops = "Array.from(document.querySelectorAll('#board button'), (b) => b.tabIndex).filter((t) => t >= 0).length";
+    assert_eq!(
+        eval(&x, stops).await,
+        json!(1),
+        "the board is not one tab stop"
+    );
+    eval(
+        &x,
+        "document.querySelector('#board .cell[data-row=\"1\"][data-col=\"1\"]').focus() || true",
+    )
+    .await;
+    for (key, at) in [
+        (Key::Home, "1,0"),
+        (Key::End, "1,2"),
+        (Key::Left, "1,1"),
+        (Key::Up, "0,1"),
+        (Key::Up, "0,1"),
+    ] {
+        press(&x, &key.to_string()).await;
+        assert_eq!(eval(&x, FOCUSED_CELL).await, json!(at), "after {key:?}");
+    }
+    press(&x, &Key::Tab.to_string()).await;
+    assert_eq!(
+        eval(&x, "document.activeElement.id").await,
+        json!("resign"),
+        "Tab did not leave the board"
+    );
+    press(&x, &(Key::Shift + &Key::Tab)).await;
+    assert_eq!(eval(&x, FOCUSED_CELL).await, json!("0,1"), "Shift+Tab");
+    assert_eq!(eval(&x, stops).await, json!(1));
+    press(&x, &Key::Enter.to_string()).await;
     for (who, c) in players {
         wait_eq(c, who, &cell(0, 1), json!("X")).await;
         wait_eq(c, who, SEQ, json!("3")).await;
     }
-    let focused = "document.activeElement.dataset.row + ',' + document.activeElement.dataset.col";
+    // The cell keeps the focus, since the board is updated in place rather than redrawn.
     assert_eq!(
-        eval(&x, focused).await,
+        eval(&x, FOCUSED_CELL).await,
         json!("0,1"),
         "the pressed cell lost the focus"
     );
@@ -319,14 +448,14 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
         &o,
         "O",
         STATUS,
-        json!("Game over: you lost (X wins, by line)."),
+        json!("X played row 1, column 3. Game over: you lost (X wins, by line)."),
     )
     .await;
     wait_eq(
         &s,
         "spectator",
         STATUS,
-        json!("Game over: X wins, by line."),
+        json!("X played row 1, column 3. Game over: X wins, by line."),
     )
     .await;
     let head = eval(&x, "document.getElementById('chain-head').textContent").await;
@@ -343,15 +472,22 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
         );
     }
     // The page checks the chain itself, with the browser's own SHA-256 and Ed25519 (the
-    // page's games are signed by default)...
-    for (who, c) in [("X", &x), ("spectator", &s)] {
+    // page's games are signed by default, with keys the hub holds: a seat is told so)...
+    for (who, c, signed) in [
+        (
+            "X",
+            &x,
+            "each signed with its seat's key (the hub holds your seat's key and signs with it for you).",
+        ),
+        ("spectator", &s, "each signed with its seat's key."),
+    ] {
         click(c, "#check-chain").await;
         wait_eq(c, who, CHECKED, json!("true")).await;
         assert_eq!(
             eval(c, CHECK_TEXT).await,
-            json!(
-                "Checked in this browser: 6 events link up to the head, each signed by its player."
-            ),
+            json!(format!(
+                "Checked in this browser: 6 events link up to the head, {signed}"
+            )),
             "{who}"
         );
     }
@@ -378,7 +514,7 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
         (
             "keys",
             "true",
-            "Checked in this browser: 6 events link up to the head, each signed by its player.",
+            "Checked in this browser: 6 events link up to the head, each signed with its seat's key.",
         ),
         (
             "move",
@@ -410,19 +546,72 @@ async fn tic_tac_toe(x: Client, o: Client, s: Client, base: &str, inbox: &str, t
     screenshot(&x, "x-won").await;
     screenshot(&o, "o-lost").await;
     screenshot(&s, "spectator-end").await;
+    game
 }
 
 /// Rock-paper-scissors, best of one: O chooses first, so the hub holds O's choice until
 /// its turn; O's page shows it, X's page must not. Then X chooses and the hub commits
-/// and reveals both.
-async fn rock_paper_scissors(x: Client, o: Client, inbox: &str) {
+/// and reveals both. O joins by the invitation link, opened in the tab that still shows
+/// the finished tic-tac-toe game (`first`), and the spectator watches by the game's id.
+async fn rock_paper_scissors(
+    x: Client,
+    o: Client,
+    s: Client,
+    base: &str,
+    inbox: &str,
+    first: &str,
+) {
     click(&x, "#leave").await;
-    click(&o, "#leave").await;
     let (game, code) = create(&x, inbox, "pipehub:rock-paper-scissors", &[("bestOf", "1")]).await;
-    join(&o, &code, &game).await;
+    assert_eq!(rule_labels(&x).await, json!(["Best of (odd, 1–99)"]));
+    // The link opens the lobby's Join with the code and the focus on Join, saying so; the
+    // game the tab showed is not resumed, and stays under "Your games".
+    o.goto(&format!("{base}?code={code}"))
+        .await
+        .unwrap_or_else(|e| panic!("O cannot open the invitation: {e}"));
+    wait_eq(
+        &o,
+        "O",
+        "document.body.dataset.ready === 'true'",
+        json!(true),
+    )
+    .await;
+    assert_eq!(
+        eval(
+            &o,
+            &format!(
+                "[document.getElementById('lobby').hidden, document.getElementById('join-code').value, \
+                 document.activeElement.id, document.getElementById('join-invite').hidden, \
+                 document.querySelector('#mine-list button[data-resume=\"{first}\"]') !== null]"
+            )
+        )
+        .await,
+        json!([false, code, "join-button", false, true]),
+        "the invitation is not offered, or the tab's game is lost"
+    );
+    assert_eq!(
+        eval(&o, "document.getElementById('join-invite').textContent").await,
+        json!(format!("You opened an invitation to a game: press Join to take its free seat. The game this tab showed, {first}, stays under “Your games”.")),
+    );
+    screenshot(&o, "o-invitation").await;
+    click(&o, "#join-button").await;
+    wait_eq(
+        &o,
+        "O",
+        "document.getElementById('game-title').textContent",
+        json!(format!("Game {game}")),
+    )
+    .await;
+    // Dealt with, the invitation leaves the address: a reload shows the game.
+    assert_eq!(eval(&o, "location.search").await, json!(""));
     for (who, c) in [("O", &o), ("X", &x)] {
         wait_eq(c, who, PHASE, json!("started")).await;
     }
+    click(&s, "#leave").await;
+    type_into(&s, "#list-inbox", inbox).await;
+    type_into(&s, "#watch-id", &game).await;
+    click(&s, "#watch-button").await;
+    wait_eq(&s, "spectator", PHASE, json!("started")).await;
     click(&o, "#board .choice[data-choice=\"paper\"]").await;
     wait_eq(
         &o,
@@ -442,20 +631,21 @@ async fn rock_paper_scissors(x: Client, o: Client, inbox: &str) {
         "X's page shows O's choice: {x_sees}"
     );
     click(&x, "#board .choice[data-choice=\"rock\"]").await;
-    wait_eq(
-        &x,
-        "X",
-        STATUS,
-        json!("Game over: you lost (O wins, by score)."),
-    )
-    .await;
-    wait_eq(
-        &o,
-        "O",
-        STATUS,
-        json!("Game over: you won (O wins, by score)."),
-    )
-    .await;
+    // The round's choices are news to all; the end is told by the status alone.
+    let round = "Round 1: X rock, O paper — O takes the round.";
+    for (who, c, end) in [
+        ("X", &x, "you lost (O wins, by score)"),
+        ("O", &o, "you won (O wins, by score)"),
+        ("spectator", &s, "O wins, by score"),
+    ] {
+        wait_eq(c, who, STATUS, json!(format!("{round} Game over: {end}."))).await;
+    }
+    // Who has chosen speaks of a round under way: not under the final score.
+    assert_eq!(
+        eval(&s, "document.querySelector('#board .mine').textContent").await,
+        json!(""),
+        "the spectator is told who chose in a game that is over"
+    );
     wait_eq(
         &x,
         "X",
@@ -489,6 +679,28 @@ async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
     for (who, c) in [("X", &x), ("O", &o)] {
         wait_eq(c, who, &cell(5, 3), json!("X")).await;
     }
+    // The drop buttons are one tab stop, where the focus was last.
+    assert_eq!(
+        eval(
+            &x,
+            "Array.from(document.querySelectorAll('#board .drop'), (b) => b.tabIndex).join(' ')"
+        )
+        .await,
+        json!("-1 -1 -1 0 -1 -1 -1")
+    );
+    // The board sizes its cells to its own width, not the window's (which counts a
+    // desktop's scrollbar): in a column narrower than the window, seven columns still fit.
+    assert_eq!(
+        eval(
+            &x,
+            "(() => { const main = document.querySelector('main'); main.style.maxWidth = '300px'; \
+               const b = document.getElementById('board'); const fits = b.scrollWidth <= b.clientWidth; \
+               main.style.maxWidth = ''; return fits; })()"
+        )
+        .await,
+        json!(true),
+        "the board overflows its column"
+    );
     // Back in the lobby the seat is kept under "Your games", and resumes the game.
     click(&x, "#leave").await;
     let resume = format!("#mine-list button[data-resume=\"{game}\"]");
@@ -559,12 +771,11 @@ async fn cancelled_elsewhere(x: Client, s: Client, hub: &pipehub_tests::Hub, inb
         pipehub_tests::Client::new().send("DELETE", &url, Some(&token), None, None)
     });
     assert_eq!(cancelled.status, 204, "{}", cancelled.body);
-    let alert = "(() => { const a = document.getElementById('alert'); return !a.hidden && a.textContent; })()";
     let told = json!(format!(
         "Game {game} is gone: the game was cancelled before anyone joined."
     ));
     for (who, c) in [("X", &x), ("spectator", &s)] {
-        wait_eq(c, who, alert, told.clone()).await;
+        wait_eq(c, who, ALERT, told.clone()).await;
         wait_eq(
             c,
             who,
@@ -592,8 +803,47 @@ fn pair_elsewhere(hub: &pipehub_tests::Hub, code: &str) {
 /// the browser would take apart as a path.
 async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str) {
     const FOCUSED: &str = "document.activeElement && document.activeElement.id";
-    // The guest joins while X's focus is on Copy: it moves to the status line.
-    let (_, code) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    // A join the hub cannot be reached for says so in one sentence.
+    eval(
+        &s,
+        "(() => { window.realFetch = window.fetch; \
+           window.fetch = () => Promise.reject(new TypeError('offline')); return true; })()",
+    )
+    .await;
+    type_into(&s, "#join-code", "ABCDEFGH").await;
+    click(&s, "#join-button").await;
+    wait_eq(
+        &s,
+        "spectator",
+        ALERT,
+        json!("Could not join: the hub cannot be reached."),
+    )
+    .await;
+    eval(
+        &s,
+        "(() => { window.fetch = window.realFetch; return true; })()",
+    )
+    .await;
+
+    // The spectator watches a waiting game while its page cannot reach the hub (its
+    // sockets are refused, see `tic_tac_toe`): the status says so, not "Connecting…".
+    let (game, code) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    eval(&s, "(() => { window.blockWs = true; return true; })()").await;
+    type_into(&s, "#list-inbox", inbox).await;
+    type_into(&s, "#watch-id", &game).await;
+    click(&s, "#watch-button").await;
+    wait_eq(
+        &s,
+        "spectator",
+        STATUS,
+        json!("The hub cannot be reached; the page keeps trying."),
+    )
+    .await;
+    eval(&s, "(() => { window.blockWs = false; return true; })()").await;
+    wait_eq(&s, "spectator", PHASE, json!("waiting")).await;
+
+    // The guest joins while X's focus is on Copy: it moves to the status line. The
+    // spectator is told that O joined, not that its opponent did.
     eval(&x, "document.getElementById('copy-code').focus() || true").await;
     pair_elsewhere(hub, &code);
     wait_eq(
@@ -605,6 +855,10 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
     .await;
     wait_eq(&x, "X", FOCUSED, json!("status")).await;
     click(&x, "#leave").await;
+    wait_eq(&s, "spectator", PHASE, json!("started")).await;
+    let joined = "Array.from(document.querySelectorAll('#log li'), (li) => li.textContent).filter((t) => t.includes('joined'))";
+    assert_eq!(eval(&s, joined).await, json!(["O joined."]));
+    click(&s, "#leave").await;
 
     // X leaves a waiting game, and its guest joins while X is away: Forget warns of a seat
     // given up, not of a cancel, and the game goes on.
@@ -643,10 +897,9 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
         "(() => { const b = document.getElementById('cancel-game'); b.click(); b.click(); return true; })()",
     )
     .await;
-    let alert = "(() => { const a = document.getElementById('alert'); return !a.hidden && a.textContent; })()";
-    wait_eq(&x, "X", alert, json!("The game was cancelled.")).await;
+    wait_eq(&x, "X", ALERT, json!("The game was cancelled.")).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert_eq!(eval(&x, alert).await, json!("The game was cancelled."));
+    assert_eq!(eval(&x, ALERT).await, json!("The game was cancelled."));
 
     // A double click on List lists each game once (the spectator is in the lobby).
     type_into(&s, "#list-inbox", inbox).await;
@@ -673,7 +926,7 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
     wait_eq(
         &s,
         "spectator",
-        alert,
+        ALERT,
         json!("Check the inbox: an inbox name is 1 to 128 letters, digits and . _ : - and starts with a letter or digit."),
     )
     .await;

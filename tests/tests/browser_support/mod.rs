@@ -199,6 +199,16 @@ pub async fn click(c: &Client, css: &str) {
         .unwrap_or_else(|e| panic!("cannot click {css}: {e}"));
 }
 
+/// Sends `keys` to whatever has the focus, as a keyboard user would press them.
+pub async fn press(c: &Client, keys: &str) {
+    c.active_element()
+        .await
+        .unwrap_or_else(|e| panic!("nothing has the focus to press {keys:?} on: {e}"))
+        .send_keys(keys)
+        .await
+        .unwrap_or_else(|e| panic!("cannot press {keys:?}: {e}"));
+}
+
 pub async fn type_into(c: &Client, css: &str, text: &str) {
     let input = c
         .find(Locator::Css(css))
