@@ -29,6 +29,9 @@ use crate::meta::Meta;
 use crate::metrics::Metrics;
 use crate::rooms::{Publication, Rooms};
 
+/// How many times a hub-held seat's resign is drafted, when its seq is taken first.
+const RESIGN_TRIES: u32 = 3;
+
 /// How many arbiter threads run game actors.
 fn arbiter_count() -> usize {
     std::thread::available_parallelism()
@@ -305,9 +308,26 @@ impl Hub {
     }
 
     /// `POST …/resign` by seat token: the hub writes the resign for a hub-held seat.
+    ///
+    /// A resign stands at any seq of a game under way, but it is drafted on the head the
+    /// hub knows, and a move of the same seat still in flight (from another socket, or an
+    /// HTTP client) can take that seq first. A resign that lost its seq so is drafted again
+    /// on the new head, up to [`RESIGN_TRIES`] times in all, instead of being lost to a
+    /// `stale_seq` that names a field the seat never wrote.
     pub async fn resign(&self, auth: &SeatAuth) -> Result<Posted, HubError> {
         self.hub_held(auth).await?;
-        self.write_for(auth, None).await
+        let mut tries = 1;
+        loop {
+            let posted = self.write_for(auth, None).await?;
+            let lost_seq = posted
+                .refusal
+                .as_ref()
+                .is_some_and(|r| r.reason == Reason::StaleSeq);
+            if !lost_seq || tries == RESIGN_TRIES {
+                return Ok(posted);
+            }
+            tries += 1;
+        }
     }
 
     /// `POST /v1/inboxes/{inbox}/games`: seats X, reserves a fresh game id, and returns X's

@@ -717,3 +717,34 @@ async fn a_rebuilt_actor_tells_its_room_where_the_game_stands() {
     let spectator = told.views.spectator.as_ref().expect("the spectator's view");
     assert_eq!(spectator.seq, Some(1));
 }
+
+#[actix_rt::test]
+async fn a_resign_racing_its_own_seats_move_is_not_lost() {
+    // Both drafted on the same head: when the move took the seq first, the resign was
+    // refused `stale_seq` and the game went on, though the seat had resigned.
+    let f = open(config()).await;
+    for round in 0..8 {
+        let (x, _) = seated(&f, "pipehub:tic-tac-toe", true).await;
+        let (moved, resigned) = futures_util::future::join(
+            f.hub.post_move(&x, json!({"move": {"row": 0, "col": 0}})),
+            f.hub.resign(&x),
+        )
+        .await;
+        let resigned = resigned.expect("resigned");
+        assert_eq!(resigned.verdict, Verdict::Accepted, "round {round}");
+        let moved = moved.expect("answered");
+        let state = f
+            .hub
+            .state(INBOX, &x.game, Viewer::Spectator)
+            .await
+            .expect("state");
+        let result = state.result.expect("a result");
+        assert_eq!(result.by, Some(games::WinBy::Resign), "round {round}");
+        // The move came first and stands, or came second and was refused as after the end.
+        let seq = state.seq.expect("a seq");
+        match moved.verdict {
+            Verdict::Accepted => assert_eq!(seq, 2, "round {round}"),
+            _ => assert_eq!(seq, 1, "round {round}: {:?}", moved.refusal),
+        }
+    }
+}
