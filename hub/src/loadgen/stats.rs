@@ -44,6 +44,12 @@ pub struct Stats {
     /// peer address.
     pub connections_cap: AtomicU64,
     latency: Mutex<Histogram<u64>>,
+    /// The longest a move waited without its state reaching the opponent, in µs: one
+    /// still waiting when the clock stopped, or given up after the stall time. Not a
+    /// latency sample (its state never came, or came too late to be measured), but the
+    /// report's `max` is at least this: a run through a failover must not report a small
+    /// maximum because the moves that waited longest were never answered in time.
+    unanswered_max_us: AtomicU64,
     first_error: Mutex<Option<String>>,
     /// When the counters were made, the origin of `last_move_ns`.
     origin: Instant,
@@ -79,6 +85,7 @@ impl Stats {
             sockets_cap: AtomicU64::new(0),
             connections_cap: AtomicU64::new(0),
             latency: Mutex::new(histogram),
+            unanswered_max_us: AtomicU64::new(0),
             first_error: Mutex::new(None),
             origin: Instant::now(),
             last_move_ns: AtomicU64::new(0),
@@ -94,6 +101,14 @@ impl Stats {
         self.latency.lock().saturating_record(us);
         let since = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.last_move_ns.fetch_max(since.max(1), Ordering::Relaxed);
+    }
+
+    /// Notes a move that had waited `waited` for its state when it stopped being waited
+    /// for (the clock stopped, or the stall time passed).
+    pub fn unanswered(&self, waited: Duration) {
+        let us = u64::try_from(waited.as_micros()).unwrap_or(MAX_LATENCY_US);
+        self.unanswered_max_us
+            .fetch_max(us.min(MAX_LATENCY_US), Ordering::Relaxed);
     }
 
     /// When the latest move was counted, if any was.
@@ -132,11 +147,12 @@ impl Stats {
             return Percentiles::default();
         }
         let ms = |us: u64| Some(us as f64 / 1000.0);
+        let unanswered = self.unanswered_max_us.load(Ordering::Relaxed);
         Percentiles {
             p50: ms(h.value_at_quantile(0.50)),
             p90: ms(h.value_at_quantile(0.90)),
             p99: ms(h.value_at_quantile(0.99)),
-            max: ms(h.max()),
+            max: ms(h.max().max(unanswered)),
         }
     }
 }
@@ -229,6 +245,23 @@ mod tests {
         assert!(near(p.p50, 50.0), "{p:?}");
         assert!(near(p.p99, 99.0), "{p:?}");
         assert!(near(p.max, 100.0), "{p:?}");
+    }
+
+    /// A move still unanswered when the clock stopped (a failover mid-run) waited longer
+    /// than any measured one: the maximum says so, the percentiles stay those measured.
+    #[test]
+    fn the_maximum_counts_moves_left_unanswered() {
+        let stats = Stats::new();
+        for ms in 1..=100 {
+            stats.record_move(Duration::from_millis(ms));
+        }
+        stats.unanswered(Duration::from_millis(3_200));
+        stats.unanswered(Duration::from_millis(40));
+        let p = stats.percentiles();
+        assert_eq!(Stats::get(&stats.moves), 100);
+        let near = |got: Option<f64>, want: f64| got.is_some_and(|g| (g - want).abs() < 0.1);
+        assert!(near(p.p99, 99.0), "{p:?}");
+        assert!(near(p.max, 3_200.0), "{p:?}");
     }
 
     /// No move measured, no latency: null in JSON rather than a made-up 0 ms.

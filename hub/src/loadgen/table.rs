@@ -339,14 +339,20 @@ async fn play(
         let (idx, frame) = tokio::select! {
             f = a.next() => (0usize, f),
             f = b.next() => (1usize, f),
-            () = &mut end => return Played::Stopped,
+            () = &mut end => {
+                if let Some(p) = &pending {
+                    stats.unanswered(deadline - p.sent_at);
+                }
+                return Played::Stopped;
+            }
             () = &mut stall => {
                 if last_activity + STALL > Instant::now() {
                     stall.as_mut().reset(last_activity + STALL);
                     continue;
                 }
                 stalls += 1;
-                if pending.take().is_some() {
+                if let Some(p) = pending.take() {
+                    stats.unanswered(p.sent_at.elapsed());
                     stats.error(|| "a move's game.state did not arrive within 5 s".into());
                 }
                 if stalls >= MAX_STALLS {
