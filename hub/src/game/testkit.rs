@@ -19,6 +19,8 @@ pub struct MemInbox {
     paused: std::sync::atomic::AtomicBool,
     /// While true, appends fail and the store says it cannot take writes (a full disk).
     failing: std::sync::atomic::AtomicBool,
+    /// How long each append takes, in ms (a slow disk): 0, at once.
+    slow_ms: std::sync::atomic::AtomicU64,
     shards: Vec<Mutex<Vec<Record>>>,
     /// Every capture, in the order the appends took place (the records' times are whole
     /// milliseconds, which a fast machine's appends share).
@@ -32,6 +34,7 @@ impl MemInbox {
         Arc::new(MemInbox {
             paused: std::sync::atomic::AtomicBool::new(false),
             failing: std::sync::atomic::AtomicBool::new(false),
+            slow_ms: std::sync::atomic::AtomicU64::new(0),
             shards: (0..shards).map(|_| Mutex::new(Vec::new())).collect(),
             appended: Mutex::new(Vec::new()),
             marks: (0..shards).map(|_| watch::channel(0).0).collect(),
@@ -48,6 +51,11 @@ impl MemInbox {
                 mark.send_modify(|_| {});
             }
         }
+    }
+
+    /// Makes every append take `ms` milliseconds before it is stored, as on a slow disk.
+    pub fn slow_appends(&self, ms: u64) {
+        self.slow_ms.store(ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Makes appends fail (or work again), as a store that cannot take writes.
@@ -88,6 +96,10 @@ impl Inbox for MemInbox {
     ) -> Result<Capture, StoreError> {
         if self.failing() {
             return Err(StoreError::Unavailable("writes fail".into()));
+        }
+        let slow = self.slow_ms.load(std::sync::atomic::Ordering::SeqCst);
+        if slow > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(slow)).await;
         }
         let shard = self.shard_of(inbox, game);
         let capture = {

@@ -91,9 +91,11 @@ pub struct GameActor {
     held: [bool; 2],
     /// Per seat: a held choice was lost to a restart.
     lost: [bool; 2],
-    /// Per seat: the hash of the commit of its choice handed to a poster to append and not
-    /// yet adjudicated. A second choice meanwhile is refused `already_chosen`, as once the
-    /// commit is in: drafted on the same head, it would race the first for its seq.
+    /// Per seat: the hash of the commit of its choice on its way to the store and not yet
+    /// adjudicated, handed to a poster to append or written by the actor for a held
+    /// choice. A second choice meanwhile is refused `already_chosen`, as once the commit
+    /// is in: drafted on the same head it would race the first for its seq, and put in
+    /// the place of a held choice being committed it would be lost with it.
     committing: [Option<String>; 2],
     /// The hash of an event the hub is writing on its own and has not seen adjudicated.
     writing: Option<String>,
@@ -637,9 +639,11 @@ impl GameActor {
             if reg.signed && reg.agent_held(seat) {
                 continue;
             }
+            let mut commits = false;
             let mv = match board.custody(seat) {
                 Some(games::protocol::CustodyStep::Commit) => match self.choice[idx(seat)] {
                     Some(choice) if self.held[idx(seat)] => {
+                        commits = true;
                         self.custodian().commit_move(seat, seq + 1, choice)
                     }
                     _ => continue,
@@ -658,6 +662,11 @@ impl GameActor {
             let event = writer::next_event(&self.game, seq, head, seat, Some(mv));
             let signed = self.chain.signed();
             let posting = self.draft(event, signed);
+            if commits {
+                // The held choice is being committed: from now until its verdict, a new
+                // choice would no longer replace it, only be lost with it.
+                self.committing[idx(seat)] = Some(posting.hash.clone());
+            }
             self.spawn_write(posting, ctx);
             return;
         }
@@ -695,6 +704,12 @@ impl GameActor {
         ctx.spawn(fut.into_actor(self).map(|res, act, _| {
             if let Err(e) = res {
                 tracing::warn!(game = %act.game, error = %e, "hub write not appended");
+                // A held choice whose commit this was stays held, to be committed later.
+                for drafted in &mut act.committing {
+                    if *drafted == act.writing {
+                        *drafted = None;
+                    }
+                }
                 act.writing = None;
                 act.write_failures += 1;
             }

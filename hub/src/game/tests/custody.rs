@@ -343,6 +343,36 @@ async fn two_racing_choices_commit_one_and_the_seat_is_shown_the_one_committed()
 }
 
 #[actix_rt::test]
+async fn a_held_choice_being_committed_is_not_replaced_by_one_that_is_then_lost() {
+    // O's choice is held; X commits, and the hub commits O's held choice at once. A new
+    // choice from O while that commit was on its way to the store was answered `held`,
+    // shown as O's, and thrown away: the round revealed the old one, and the next round
+    // did not have the new one either. Appends take 100 ms here, so O's commit is still
+    // on its way when X's answer comes back.
+    let inbox = MemInbox::new(4);
+    let f = open_on(inbox.clone(), Arc::new(MemMeta::default()), config()).await;
+    let (x, o) = seated(&f, "pipehub:rock-paper-scissors", true).await;
+    let held = f.hub.post_move(&o, json!({"choice": "paper"})).await;
+    assert_eq!(held.expect("held").verdict, Verdict::Held);
+    inbox.slow_appends(100);
+    let committed = f.hub.post_move(&x, json!({"choice": "rock"})).await;
+    assert_eq!(committed.expect("X commits").verdict, Verdict::Accepted);
+    match f.hub.post_move(&o, json!({"choice": "scissors"})).await {
+        Err(HubError::Refused(r)) => assert_eq!(
+            (r.reason, r.detail.as_deref()),
+            (Reason::IllegalMove, Some("already_chosen"))
+        ),
+        other => panic!("a choice while the held one is being committed: {other:?}"),
+    }
+    inbox.slow_appends(0);
+    assert_eq!(wait_for_seq(&f, &x.game, 4).await, 4);
+    let export = f.hub.export(INBOX, &x.game).await.expect("export");
+    let reveal: Value =
+        serde_json::from_str(export.lines().nth(4).expect("O's reveal")).expect("json");
+    assert_eq!(reveal["move"]["choice"], "paper");
+}
+
+#[actix_rt::test]
 async fn a_choice_whose_commit_the_store_refused_may_be_made_again() {
     let inbox = MemInbox::new(4);
     let f = open_on(inbox.clone(), Arc::new(MemMeta::default()), config()).await;
