@@ -29,11 +29,15 @@
 //!
 //! A store that goes back in time (Redis restarted from an older AOF or snapshot, or a
 //! replica without the last writes took over) has lost acknowledged events, and hands
-//! their positions out again. A node notices it when the store gives out or shows a
-//! position no higher than one it has already seen, and says so once
-//! ([`RedisInbox::went_back`]): what it holds in memory (its referees' chains, verdicts,
-//! seats) is then newer than the store, and only a fresh start rebuilds it from what the
-//! store holds. Until then it takes no more writes and is not ready.
+//! their positions out again. A node notices it in three ways, and says so once
+//! ([`RedisInbox::went_back`]): the store gives out or shows a position no higher than one
+//! the node has already seen; or the last event the node itself appended to a shard is no
+//! longer at its position. The last check catches a loss that other nodes' appends have
+//! covered (the counter is back above what this node saw, but with other events); the
+//! watcher makes it once Redis answers again after not answering, and every
+//! [`OWN_CHECK_EVERY`] besides. What the node holds in memory (its referees' chains,
+//! verdicts, seats) is then newer than the store, and only a fresh start rebuilds it from
+//! what the store holds. Until then it takes no more writes and is not ready.
 //!
 //! What it deliberately does not do: work on Redis Cluster (the keys of one append span
 //! several hash slots; one Redis primary, with replicas if wanted, is the supported shape),
@@ -41,7 +45,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -58,6 +62,15 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const WATCH_BLOCK_MS: u64 = 1000;
 /// About how many entries a verdict stream keeps (the verdict hash keeps every verdict).
 pub const VERDICT_STREAM_MAXLEN: u64 = 100_000;
+/// How often the watcher checks that the store still holds this node's last appends,
+/// besides each time Redis answers again after not answering.
+pub const OWN_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The last event this node appended to a shard: its position and bytes.
+struct Own {
+    pos: u64,
+    raw: Bytes,
+}
 
 const APPEND: &str = r"
 local pos = redis.call('INCR', KEYS[1])
@@ -127,6 +140,9 @@ pub struct RedisInbox {
     /// Set once the store is seen to have gone back in time: what happened, for the log
     /// and the operator.
     went_back: watch::Sender<Option<String>>,
+    /// Per shard, the last event appended here: a store that went back in time no longer
+    /// holds it at its position, even when other nodes' appends raised the counter again.
+    own: Vec<parking_lot::Mutex<Option<Own>>>,
     fence: parking_lot::RwLock<Option<Arc<dyn Fence>>>,
     append: Script,
     put_verdict: Script,
@@ -201,6 +217,7 @@ impl RedisInbox {
             durable,
             up: Arc::new(AtomicBool::new(true)),
             went_back: watch::channel(None).0,
+            own: (0..shards).map(|_| parking_lot::Mutex::new(None)).collect(),
             fence: parking_lot::RwLock::new(None),
             append: Script::new(APPEND),
             put_verdict: Script::new(PUT_VERDICT),
@@ -224,10 +241,17 @@ impl RedisInbox {
     /// Notes that shard `shard` of the store stands at `now`, where this node has seen
     /// `seen`: its acknowledged events after `now` are lost.
     fn gone_back(&self, shard: u32, seen: u64, now: u64) -> StoreError {
+        self.lost(format!(
+            "shard {shard} stood at position {seen} and now at {now}"
+        ))
+    }
+
+    /// Notes that the store went back in time, `how` saying how it showed.
+    fn lost(&self, how: String) -> StoreError {
         let what = format!(
-            "the Redis store went back in time: shard {shard} stood at position {seen} and \
-             now at {now}, so acknowledged events were lost (Redis restarted from an older \
-             AOF or snapshot, or a replica without the last writes took over)"
+            "the Redis store went back in time: {how}, so acknowledged events were lost \
+             (Redis restarted from an older AOF or snapshot, or a replica without the last \
+             writes took over)"
         );
         self.went_back.send_if_modified(|was| {
             let first = was.is_none();
@@ -403,6 +427,7 @@ async fn counters(con: &mut ConnectionManager, shards: u32) -> Result<Vec<u64>, 
 /// Follows every shard stream for appends made by other nodes, and keeps `up` true
 /// while Redis answers. Ends when the inbox is dropped.
 async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionManager) {
+    let mut check_due = Instant::now() + OWN_CHECK_EVERY;
     loop {
         let Some(me) = inbox.upgrade() else { return };
         let mut cmd = redis::cmd("XREAD");
@@ -430,7 +455,8 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
         };
         match highs {
             Ok(highs) => {
-                if !me.up.swap(true, Ordering::AcqRel) {
+                let again = !me.up.swap(true, Ordering::AcqRel);
+                if again {
                     tracing::info!("redis reachable again");
                 }
                 for (shard, (high, seen)) in highs.into_iter().zip(seen).enumerate() {
@@ -438,6 +464,17 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
                         me.gone_back(shard as u32, seen, high);
                     }
                     me.bump(shard as u32, high);
+                }
+                if again || Instant::now() >= check_due {
+                    check_due = Instant::now() + OWN_CHECK_EVERY;
+                    match own_missing(&me, &mut con).await {
+                        Ok(None) => {}
+                        Ok(Some(how)) => {
+                            me.lost(how);
+                        }
+                        // Checked again as soon as Redis answers again.
+                        Err(_) => me.up.store(false, Ordering::Release),
+                    }
                 }
             }
             Err(e) => {
@@ -449,6 +486,44 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
             }
         }
     }
+}
+
+/// Where the store no longer holds, at its position, the last event this node appended
+/// to a shard (`None` when it holds every one).
+async fn own_missing(
+    me: &RedisInbox,
+    con: &mut ConnectionManager,
+) -> Result<Option<String>, RedisError> {
+    let marks: Vec<(u32, u64, Bytes)> = (0..me.shards)
+        .zip(&me.own)
+        .filter_map(|(shard, own)| own.lock().as_ref().map(|o| (shard, o.pos, o.raw.clone())))
+        .collect();
+    if marks.is_empty() {
+        return Ok(None);
+    }
+    let mut pipe = redis::pipe();
+    for (shard, pos, _) in &marks {
+        let id = format!("0-{pos}");
+        pipe.cmd("XRANGE")
+            .arg(keys::stream(*shard))
+            .arg(&id)
+            .arg(&id);
+    }
+    let replies: Vec<Vec<Entry>> = pipe.query_async(con).await?;
+    for ((shard, pos, raw), entries) in marks.iter().zip(replies) {
+        let held = entries.iter().any(|(_, fields)| {
+            fields
+                .chunks(2)
+                .any(|f| matches!(f, [name, value] if name == b"r" && value == raw))
+        });
+        if !held {
+            return Ok(Some(format!(
+                "shard {shard} no longer holds at position {pos} the event this node appended \
+                 there"
+            )));
+        }
+    }
+    Ok(None)
 }
 
 fn now_ms() -> u64 {
@@ -497,6 +572,12 @@ impl Inbox for RedisInbox {
         )?;
         if pos <= seen {
             return Err(self.gone_back(shard, seen, pos - 1));
+        }
+        if let Some(own) = self.own.get(shard as usize) {
+            let mut own = own.lock();
+            if own.as_ref().is_none_or(|o| o.pos < pos) {
+                *own = Some(Own { pos, raw });
+            }
         }
         self.bump(shard, pos);
         Ok(Capture { shard, pos })

@@ -236,19 +236,7 @@ async fn a_store_that_went_back_in_time_is_noticed_and_takes_no_more_writes() {
         for i in 0..4 {
             if i == 4 - lost {
                 // What an older AOF or snapshot holds: every key as it stands now.
-                let names: Vec<Vec<u8>> = redis::cmd("KEYS")
-                    .arg("ph:*")
-                    .query_async(&mut con)
-                    .await
-                    .expect("keys");
-                for name in names {
-                    let dump: Vec<u8> = redis::cmd("DUMP")
-                        .arg(&name)
-                        .query_async(&mut con)
-                        .await
-                        .expect("dump");
-                    older.push((name, dump));
-                }
+                older = dump_keys(&mut con).await;
             }
             inbox
                 .append("box", "g", None, raw(&format!("{{\"n\":{i}}}")))
@@ -257,19 +245,7 @@ async fn a_store_that_went_back_in_time_is_noticed_and_takes_no_more_writes() {
         }
         assert!(inbox.ready());
         // Redis restarted from it: the last `lost` events are gone.
-        let _: () = redis::cmd("FLUSHALL")
-            .query_async(&mut con)
-            .await
-            .expect("flushed");
-        for (name, dump) in &older {
-            let _: () = redis::cmd("RESTORE")
-                .arg(name)
-                .arg(0)
-                .arg(dump)
-                .query_async(&mut con)
-                .await
-                .expect("restored");
-        }
+        replace_keys(&mut con, &older).await;
         if by_append {
             let err = inbox
                 .append("box", "g", None, raw("{\"n\":4}"))
@@ -291,4 +267,81 @@ async fn a_store_that_went_back_in_time_is_noticed_and_takes_no_more_writes() {
         let refused = inbox.append("box", "g", None, raw("{\"n\":5}")).await;
         assert!(refused.is_err(), "{refused:?}");
     }
+}
+
+/// A loss that another node's appends covered before this node looked: the counter stands
+/// above what this node has seen, but the positions it appended at hold other events. The
+/// node notices that the last event it appended is no longer where it put it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_covered_by_another_nodes_appends_is_noticed() {
+    let s = server();
+    let url = format!("redis://127.0.0.1:{}", s.port);
+    let inbox = RedisInbox::open(&url, 1).await.expect("open");
+    let mut went_back = inbox.went_back();
+    let mut con = super::redis::connect(&url).await.expect("connect");
+    let mut older = Vec::new();
+    for i in 0..4 {
+        if i == 2 {
+            older = dump_keys(&mut con).await;
+        }
+        inbox
+            .append("box", "g", None, raw(&format!("{{\"n\":{i}}}")))
+            .await
+            .expect("append");
+    }
+    // The store as another node leaves it, built aside in database 1: restarted from the
+    // older copy (positions 3 and 4 lost), then three appends of that node's own.
+    let aside = format!("{url}/1");
+    let mut built = super::redis::connect(&aside).await.expect("connect");
+    replace_keys(&mut built, &older).await;
+    let other = RedisInbox::open(&aside, 1).await.expect("open");
+    for i in 0..3 {
+        other
+            .append("box", "h", None, raw(&format!("{{\"m\":{i}}}")))
+            .await
+            .expect("append");
+    }
+    let newer = dump_keys(&mut built).await;
+    // Swapped in at once, so this node's watcher never reads a counter below what it saw.
+    replace_keys(&mut con, &newer).await;
+    tokio::time::timeout(Duration::from_secs(15), went_back.wait_for(Option::is_some))
+        .await
+        .expect("noticed within 15 s")
+        .expect("the inbox lives");
+    let what = went_back.borrow().clone().unwrap_or_default();
+    assert!(
+        what.contains("shard 0 no longer holds at position 4 the event this node appended"),
+        "{what}"
+    );
+    assert!(!inbox.ready());
+}
+
+/// Every key of the hub's, as `DUMP` gives it: what an older AOF or snapshot holds.
+async fn dump_keys(con: &mut redis::aio::ConnectionManager) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let names: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg("ph:*")
+        .query_async(con)
+        .await
+        .expect("keys");
+    let mut out = Vec::new();
+    for name in names {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(&name)
+            .query_async(con)
+            .await
+            .expect("dump");
+        out.push((name, dump));
+    }
+    out
+}
+
+/// Replaces the database's keys with `dumped` in one transaction, as a restart from an
+/// older copy would leave them.
+async fn replace_keys(con: &mut redis::aio::ConnectionManager, dumped: &[(Vec<u8>, Vec<u8>)]) {
+    let mut swap = redis::pipe();
+    swap.atomic().cmd("FLUSHDB").ignore();
+    for (name, dump) in dumped {
+        swap.cmd("RESTORE").arg(name).arg(0).arg(dump).ignore();
+    }
+    let _: () = swap.query_async(con).await.expect("replaced");
 }
