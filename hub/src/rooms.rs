@@ -3,14 +3,16 @@
 //! An actor computes the per-seat views of a game once per accepted event (X's view, O's
 //! view, the spectator view: each only when someone watches it, see [`Rooms::watchers`])
 //! and publishes them here exactly once; the room fans them out.
-//! Subscribers (WebSocket sockets, an agent's `game_wait`) live in rooms, never in actors,
-//! so an actor can stop after its idle timeout whatever its audience.
+//! Subscribers (WebSocket sockets, among them an agent's, which its `game_wait` reads) live
+//! in rooms, never in actors, so an actor can stop after its idle timeout whatever its
+//! audience.
 //!
-//! [`Rooms`] is the interface the WebSocket relay implements later (across hub nodes it is
-//! fed through Redis pub/sub). [`LocalRooms`] is the in-process implementation: one bounded
-//! broadcast channel per game, created when the first subscriber arrives and dropped when
-//! the last one leaves. A slow subscriber loses old views (it sees `Lagged` and should
-//! resync with a fresh `game.state`), it never slows the actor down.
+//! [`Rooms`] is the interface; the WebSocket relay's rooms implement it through
+//! [`crate::relay::HubRooms`] (across hub nodes, fed through Redis pub/sub by
+//! `cluster/relay.rs`), and [`NoRooms`] drops everything. [`LocalRooms`] is the in-memory
+//! implementation the hub's own tests subscribe through: one bounded broadcast channel per
+//! game, created when the first subscriber arrives and dropped when the last one leaves. A
+//! slow subscriber there loses old views (it sees `Lagged`), it never slows the actor down.
 //!
 //! What this module deliberately does not do: it computes no views and knows no game
 //! rules; it never sees a raw board, only `GameState`s that were redacted for their seat.

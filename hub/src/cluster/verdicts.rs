@@ -142,13 +142,19 @@ pub async fn follow(cluster: Arc<RedisCluster>, hub: Hub, stop: watch::Receiver<
             let mine = cluster.owns(shard);
             let mut high = 0;
             for (id, fields) in entries {
+                let read = (
+                    field(&fields, "c").and_then(|c| c.parse::<u64>().ok()),
+                    field(&fields, "v").and_then(decode_verdict),
+                );
+                if read.0.is_none() || read.1.is_none() {
+                    // Damage, told to the operator; a read of the capture goes to the
+                    // verdict hash, which answers that the store is damaged there.
+                    tracing::error!(shard, id, "a verdict stream entry that cannot be read");
+                }
                 if let Some(slot) = last.get_mut(shard as usize) {
                     *slot = Some(id);
                 }
-                let (Some(pos), Some(verdict)) = (
-                    field(&fields, "c").and_then(|c| c.parse::<u64>().ok()),
-                    field(&fields, "v").and_then(decode_verdict),
-                ) else {
+                let (Some(pos), Some(verdict)) = read else {
                     continue;
                 };
                 high = high.max(pos);

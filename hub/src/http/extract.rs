@@ -237,16 +237,7 @@ pub fn parse_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 /// Inbox names: 1–128 characters of `A-Z a-z 0-9 . _ : -`, starting alphanumeric (the
 /// alphabet of game ids, so both can share URLs and keys safely).
 pub fn check_inbox(inbox: &str) -> Result<(), ApiError> {
-    let ok = !inbox.is_empty()
-        && inbox.len() <= 128
-        && inbox
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric())
-        && inbox
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
-    if ok {
+    if games::event::is_game_id(inbox) {
         Ok(())
     } else {
         Err(ApiError::bad_request(

@@ -335,23 +335,52 @@ impl RedisInbox {
             pipe.cmd("HGET").arg(keys::verdicts(c.shard)).arg(c.pos);
         }
         let raw: Vec<Option<String>> = self.seen(pipe.query_async(&mut self.con()).await)?;
-        Ok(raw
+        captures
             .iter()
-            .map(|v| v.as_deref().and_then(decode_verdict))
-            .collect())
+            .zip(raw)
+            .map(|(c, v)| {
+                v.map(|text| {
+                    decode_verdict(&text).ok_or_else(|| {
+                        StoreError::Corrupt(format!("the verdict of capture {c}: {text}"))
+                    })
+                })
+                .transpose()
+            })
+            .collect()
     }
 
-    /// Lists records (with verdicts) named by `shard:pos` strings.
+    /// Lists records (with verdicts) named by `shard:pos` strings from an inbox's index.
+    /// Streams are never trimmed, so a name that does not parse, or names no entry, is
+    /// damage, not a record to leave out.
     async fn listed(&self, captures: &[String]) -> Result<Vec<Listed>, StoreError> {
-        let mut out = Vec::with_capacity(captures.len());
-        let parsed: Vec<Capture> = captures.iter().filter_map(|c| c.parse().ok()).collect();
+        let parsed = captures
+            .iter()
+            .map(|c| {
+                c.parse::<Capture>()
+                    .map_err(|_| StoreError::Corrupt(format!("an inbox index names {c:?}")))
+            })
+            .collect::<Result<Vec<Capture>, StoreError>>()?;
         let verdicts = self.verdicts_of(&parsed).await?;
-        for (c, v) in parsed.into_iter().zip(verdicts) {
-            if let Some(r) = self.records_at(c.shard, &[c.pos]).await?.pop() {
-                out.push((r, v));
-            }
+        let mut pipe = redis::pipe();
+        for c in &parsed {
+            let id = format!("0-{}", c.pos);
+            pipe.cmd("XRANGE")
+                .arg(keys::stream(c.shard))
+                .arg(&id)
+                .arg(&id);
         }
-        Ok(out)
+        let replies: Vec<Vec<Entry>> = self.seen(pipe.query_async(&mut self.con()).await)?;
+        parsed
+            .iter()
+            .zip(replies)
+            .zip(verdicts)
+            .map(|((c, entries), v)| {
+                let entry = entries.into_iter().next().ok_or_else(|| {
+                    StoreError::Corrupt(format!("an inbox index names {c}, which is not stored"))
+                })?;
+                Ok((record(c.shard, entry)?, v))
+            })
+            .collect()
     }
 }
 
@@ -373,7 +402,15 @@ fn record(shard: u32, (id, fields): Entry) -> Result<Record, StoreError> {
         match name.as_slice() {
             b"i" => inbox = Some(text()?),
             b"g" => game = Some(text()?),
-            b"s" => seat = Some(Seat::parse(&text()?)),
+            // Empty for an anonymous poster; anything else names a seat.
+            b"s" => {
+                let text = text()?;
+                seat = Some(if text.is_empty() {
+                    None
+                } else {
+                    Some(Seat::parse(&text).ok_or_else(bad)?)
+                });
+            }
             b"r" => raw = Some(Bytes::copy_from_slice(value)),
             b"t" => at_ms = text()?.parse().map_err(|_| bad())?,
             _ => {}

@@ -345,3 +345,76 @@ async fn replace_keys(con: &mut redis::aio::ConnectionManager, dumped: &[(Vec<u8
     }
     let _: () = swap.query_async(con).await.expect("replaced");
 }
+
+/// Damage in what Redis holds is an error that says where, never a record left out of a
+/// listing or a verdict read as not yet given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_verdicts_and_index_entries_are_errors_not_absences() {
+    let s = server();
+    let url = format!("redis://127.0.0.1:{}", s.port);
+    let inbox = RedisInbox::open(&url, 1).await.expect("open");
+    let capture = inbox
+        .append("box", "g", Some(Seat::X), raw("{\"n\":0}"))
+        .await
+        .expect("append");
+    let mut con = super::redis::connect(&url).await.expect("connect");
+    let _: () = redis::cmd("HSET")
+        .arg(keys::verdicts(0))
+        .arg(capture.pos)
+        .arg("{\"v\":\"?\"}")
+        .query_async(&mut con)
+        .await
+        .expect("hset");
+    let err = inbox.verdict(capture).await.expect_err("a damaged verdict");
+    assert!(
+        err.to_string().contains("the verdict of capture 0:1"),
+        "{err}"
+    );
+    let _: () = redis::cmd("HDEL")
+        .arg(keys::verdicts(0))
+        .arg(capture.pos)
+        .query_async(&mut con)
+        .await
+        .expect("hdel");
+    assert_eq!(inbox.verdict(capture).await.expect("read"), None);
+    assert_eq!(
+        inbox
+            .list("box", None, None, 10)
+            .await
+            .expect("list")
+            .items
+            .len(),
+        1
+    );
+    for (name, says) in [("0:9", "which is not stored"), ("x", "names \"x\"")] {
+        let _: () = redis::cmd("RPUSH")
+            .arg(keys::inbox("box"))
+            .arg(name)
+            .query_async(&mut con)
+            .await
+            .expect("rpush");
+        let err = inbox
+            .list("box", None, None, 10)
+            .await
+            .expect_err("a damaged index");
+        assert!(err.to_string().contains(says), "{err}");
+        let _: () = redis::cmd("RPOP")
+            .arg(keys::inbox("box"))
+            .query_async(&mut con)
+            .await
+            .expect("rpop");
+    }
+    // A seat field that names no seat.
+    let _: () = redis::cmd("XADD")
+        .arg(keys::stream(0))
+        .arg("0-2")
+        .arg(&["i", "box", "g", "g", "s", "Z", "r", "{}", "t", "0"])
+        .query_async(&mut con)
+        .await
+        .expect("xadd");
+    let err = inbox
+        .get("box", Capture { shard: 0, pos: 2 })
+        .await
+        .expect_err("a damaged seat");
+    assert!(err.to_string().contains("stream entry 0-2"), "{err}");
+}

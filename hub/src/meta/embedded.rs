@@ -469,6 +469,11 @@ impl EmbeddedMeta {
             replay_peak,
             "meta store opened"
         );
+        // Unbounded, because changes are sent under the `staged` lock, which must not be
+        // held across an await; bounded all the same by who sends: every change but a
+        // `take` is waited for by its caller (one in flight per request, and requests are
+        // capped by the connection cap and the rate limit), and a `take` stages only a key
+        // that holds a value (a pairing code, spent once).
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             keys,

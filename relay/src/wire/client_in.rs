@@ -145,6 +145,19 @@ fn required<'a, T: Deserialize<'a>>(
     }
 }
 
+/// An inbox name or a game id: no room is made for a name no game can have.
+fn name(t: &str, fields: &Fields<'_>, field: &str) -> Result<String, BadMessage> {
+    let name: String = required(t, fields, field)?;
+    if games::event::is_game_id(&name) {
+        Ok(name)
+    } else {
+        Err(BadMessage::schema(format!(
+            "{t}: `{field}` is 1-128 characters of A-Z a-z 0-9 . _ : - starting with a letter \
+             or digit"
+        )))
+    }
+}
+
 fn optional<'a, T: Deserialize<'a>>(
     t: &str,
     fields: &Fields<'a>,
@@ -259,8 +272,8 @@ impl ClientIn {
             "game.board" => ClientIn::Board,
             // `game.subscribe`, the one type left that `allowed` knows.
             _ => ClientIn::Subscribe {
-                inbox: required(&t, &fields, "inbox")?,
-                game: required(&t, &fields, "game")?,
+                inbox: name(&t, &fields, "inbox")?,
+                game: name(&t, &fields, "game")?,
             },
         })
     }
@@ -450,6 +463,15 @@ mod tests {
             (r#"{"t":"game.move","move":{},"ref":{"a":1}}"#, "schema"),
             (r#"{"t":"game.board","x":1}"#, "schema"),
             (r#"{"t":"game.subscribe","inbox":"i"}"#, "schema"),
+            (r#"{"t":"game.subscribe","inbox":"","game":"g"}"#, "schema"),
+            (
+                r#"{"t":"game.subscribe","inbox":"i","game":"-g"}"#,
+                "schema",
+            ),
+            (
+                r#"{"t":"game.subscribe","inbox":"i","game":"a/b"}"#,
+                "schema",
+            ),
             (&long_ref, "schema"),
             (r#"{"t":"game.resign","ref":"\ud800"}"#, "schema"),
             (r#"{"t":"game.resign","ref":true}"#, "schema"),

@@ -310,14 +310,11 @@ impl GameActor {
                 Some(Refusal::new(Reason::UnknownProtocol)),
             ),
         };
-        metrics
-            .events
-            .with_label_values(&[
-                verdict_kind.as_str(),
-                refusal.as_ref().map_or("", |r| r.reason.code()),
-                protocol,
-            ])
-            .inc();
+        metrics.event(
+            verdict_kind.as_str(),
+            refusal.as_ref().map(|r| r.reason),
+            protocol,
+        );
         // An event the actor wrote on its own (a start, a custodial step) has no poster:
         // its outcome, views and all, is not left behind for one to pick up.
         let own_write = hash.is_some() && hash == self.writing;
