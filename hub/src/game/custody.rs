@@ -21,17 +21,15 @@ use serde_json::{json, Value};
 
 pub const CHOICES: [&str; 3] = ["rock", "paper", "scissors"];
 
-/// True when `protocol` is played with commit-reveal custody: the hub (or the agent) writes
-/// commits and reveals, and the seat sends `{"choice"}`.
+/// True when `protocol` is played with commit-reveal custody (its spec has a
+/// `commit_reveal` section): the hub (or the agent) writes commits and reveals, and the
+/// seat sends `{"choice"}`. The commit and reveal payloads written are rock-paper-scissors'
+/// (`CHOICES`, `{"commit"}`, `{"choice", "nonce"}`), the one such game there is.
 pub fn is_custodial(protocol: &dyn Protocol) -> bool {
     protocol
         .spec()
         .get("commit_reveal")
         .is_some_and(|v| !v.is_null())
-        || protocol
-            .refs()
-            .iter()
-            .any(|r| r.ends_with(":rock-paper-scissors"))
 }
 
 /// Reads `{"choice": …}` from a move body; `None` when it is not exactly a known choice.

@@ -78,8 +78,9 @@ impl Modify for SeatToken {
 
 /// What every route shares, written once rather than on each handler: the pattern of the
 /// `inbox` and `game` path parameters (and the 400 a malformed inbox name gets where no
-/// seat token is checked first), the 401 of a route that takes a seat token, and the 400,
-/// 413 and 415 of a JSON body. A status a handler documents itself keeps its own
+/// seat token is checked first), the 401 of a route that takes a seat token, the 400,
+/// 413 and 415 of a JSON body, the 503 of every route that reads or writes the store,
+/// and the 431 of any request. A status a handler documents itself keeps its own
 /// description. It also names the protocols a new game may ask for.
 struct Conventions;
 
@@ -94,11 +95,16 @@ const BAD_BODY: &str = "the body is refused before any game logic: `bad_json`, \
 const TOO_LARGE: &str = "`too_large`: a body over its limit";
 const NOT_JSON: &str = "`unsupported_media_type`: send the body as Content-Type: \
                         application/json";
+const NO_STORE: &str = "`unavailable`: the store cannot answer or take writes now (a full \
+                        disk, a failed fsync, Redis gone, damage); try again later";
+const HEADERS_TOO_LARGE: &str = "`headers_too_large`: the request's headers are over their limit";
 
 impl Modify for Conventions {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let seat_token = SecurityRequirement::new("seat_token", Vec::<String>::new());
-        for item in openapi.paths.paths.values_mut() {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            // Games and seats are read from the store, and a store can stop answering.
+            let stored = path.starts_with("/v1/inboxes/") || path == "/v1/pair";
             let operations = [
                 &mut item.get,
                 &mut item.post,
@@ -131,6 +137,10 @@ impl Modify for Conventions {
                     error(op, "413", TOO_LARGE);
                     error(op, "415", NOT_JSON);
                 }
+                if stored {
+                    error(op, "503", NO_STORE);
+                }
+                error(op, "431", HEADERS_TOO_LARGE);
             }
         }
         let components = openapi.components.get_or_insert_with(Default::default);
@@ -352,5 +362,29 @@ mod tests {
             }
         }
         assert!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")));
+    }
+
+    /// Every route that reads or writes the store may answer 503, and any request 431;
+    /// the other statuses a route's handler documents itself.
+    #[test]
+    fn a_store_that_cannot_answer_is_documented_on_every_route_that_uses_it() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
+        let paths = doc["paths"].as_object().expect("paths");
+        for (path, item) in paths {
+            for (method, op) in item.as_object().expect("an item") {
+                let statuses = op["responses"].as_object().expect("responses");
+                let stored = path.starts_with("/v1/inboxes/") || path == "/v1/pair";
+                assert_eq!(
+                    statuses.contains_key("503"),
+                    stored || path == "/readyz",
+                    "{method} {path}"
+                );
+                assert!(statuses.contains_key("431"), "{method} {path}");
+            }
+        }
+        let cancel = &paths["/v1/inboxes/{inbox}/games/{game}"]["delete"]["responses"];
+        assert!(cancel["503"]["description"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("`unavailable`")));
     }
 }
