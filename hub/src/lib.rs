@@ -4,6 +4,7 @@
 //! and calls into the library.
 
 pub mod cli;
+pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod files;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+use crate::client::HubUrl;
 use crate::mcp::{self, Config};
 
 /// Arguments of `pipehub mcp`.
@@ -52,12 +53,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         None => mcp::default_state_dir()
             .context("no state directory: set --state-dir, XDG_CONFIG_HOME or HOME")?,
     };
-    let hub = args.hub.trim_end_matches('/').to_string();
-    if !(hub.starts_with("http://") || hub.starts_with("https://")) {
-        anyhow::bail!("--hub must be an http:// or https:// URL");
-    }
+    let hub = HubUrl::parse(&args.hub).map_err(|e| anyhow::anyhow!("--hub: {e}"))?;
     let config = Config {
-        hub,
+        hub: hub.as_str().to_string(),
         inbox: args.inbox,
         state_dir,
     };

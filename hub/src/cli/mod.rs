@@ -12,17 +12,7 @@ pub mod verify;
 /// their source in their own message too (`store i/o: {0}`, so that a log line of the
 /// error alone says why), which `{:#}` would print once for every layer.
 pub fn error_text(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let said = cause.to_string();
-        if text.is_empty() {
-            text = said;
-        } else if !text.ends_with(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-    }
-    text
+    crate::client::causes(err.as_ref())
 }
 
 /// A command's arguments as a whole command line, for tests that parse flags.

@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
+use crate::client::{causes, retry_after, seg, HubUrl};
+
 /// Requests in flight at once.
 pub(super) const MAX_IN_FLIGHT: usize = 64;
 /// One request's time limit.
@@ -49,7 +51,7 @@ pub struct Seated {
 /// An HTTP client for one hub.
 #[derive(Debug)]
 pub struct HubClient {
-    base: String,
+    base: HubUrl,
     client: reqwest::Client,
     in_flight: Semaphore,
 }
@@ -73,41 +75,10 @@ struct ErrorMsg {
     detail: Option<Value>,
 }
 
-/// An error with each of its causes, once: a transport error's own text names only the
-/// request ("error sending request for url …"), its causes what went wrong (connection
-/// refused, a timeout).
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.ends_with(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 impl HubClient {
     /// `base` is the hub's URL, e.g. `http://127.0.0.1:8080`.
     pub fn new(base: &str) -> Result<HubClient, CallError> {
-        let url = reqwest::Url::parse(base)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-        let Some(url) = url else {
-            return Err(CallError::Transport(format!(
-                "`{base}` is not an http:// or https:// URL (e.g. http://127.0.0.1:8080)"
-            )));
-        };
-        // Every call appends its own path to the base, so a path, query or fragment in it
-        // would land in the middle of each one (`…?x=1/metrics`) and fail far from here.
-        if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
-            return Err(CallError::Transport(format!(
-                "`{base}` is not a hub's base URL: give its scheme, host and port only, without a path, query or fragment (e.g. http://127.0.0.1:8080)"
-            )));
-        }
+        let base = HubUrl::parse(base).map_err(CallError::Transport)?;
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .pool_max_idle_per_host(MAX_IN_FLIGHT)
@@ -115,7 +86,7 @@ impl HubClient {
             .build()
             .map_err(|e| CallError::Transport(causes(&e)))?;
         Ok(HubClient {
-            base: base.trim_end_matches('/').to_string(),
+            base,
             client,
             in_flight: Semaphore::new(MAX_IN_FLIGHT),
         })
@@ -123,17 +94,7 @@ impl HubClient {
 
     /// The relay's address: the hub's URL with a WebSocket scheme and `/v1/ws`.
     pub fn ws_url(&self) -> String {
-        let rest = self
-            .base
-            .strip_prefix("https://")
-            .map(|r| format!("wss://{r}"))
-            .or_else(|| {
-                self.base
-                    .strip_prefix("http://")
-                    .map(|r| format!("ws://{r}"))
-            })
-            .unwrap_or_else(|| format!("ws://{}", self.base));
-        format!("{rest}/v1/ws")
+        self.base.ws()
     }
 
     /// Creates a seated game in `inbox` and pairs it: both tokens, the start written.
@@ -145,7 +106,7 @@ impl HubClient {
     ) -> Result<Seated, CallError> {
         let created: CreatedMsg = self
             .post(
-                &format!("/v1/inboxes/{inbox}/games"),
+                &format!("/v1/inboxes/{}/games", seg(inbox)),
                 json!({"protocol": protocol, "signed": signed}),
             )
             .await?;
@@ -177,7 +138,12 @@ impl HubClient {
 
     /// Cancels a game nobody has joined, with X's token.
     pub async fn cancel(&self, inbox: &str, game: &str, token: &str) -> Result<(), CallError> {
-        let url = format!("{}/v1/inboxes/{inbox}/games/{game}", self.base);
+        let url = format!(
+            "{}/v1/inboxes/{}/games/{}",
+            self.base,
+            seg(inbox),
+            seg(game)
+        );
         self.seat_call(self.client.delete(url), token, |_| false)
             .await
     }
@@ -185,7 +151,12 @@ impl HubClient {
     /// Resigns a game with X's token. A refereed refusal (422) counts as done: the only one
     /// a resign meets is a game that had ended already, which is what was wanted.
     pub async fn resign(&self, inbox: &str, game: &str, token: &str) -> Result<(), CallError> {
-        let url = format!("{}/v1/inboxes/{inbox}/games/{game}/resign", self.base);
+        let url = format!(
+            "{}/v1/inboxes/{}/games/{}/resign",
+            self.base,
+            seg(inbox),
+            seg(game)
+        );
         self.seat_call(self.client.post(url), token, |status| status == 422)
             .await
     }
@@ -257,12 +228,7 @@ impl HubClient {
             .await
             .map_err(|e| CallError::Transport(causes(&e)))?;
         let status = response.status().as_u16();
-        let retry_after_s = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(1);
+        let retry_after_s = retry_after(response.headers()).map_or(1, |d| d.as_secs());
         let bytes = response
             .bytes()
             .await

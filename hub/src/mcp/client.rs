@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::AgentError;
+use crate::client::{retry_after, seg, HubUrl};
 
 /// How long any one request may take. A post waits up to 5 s for its verdict at the hub.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
@@ -30,7 +31,7 @@ const LISTING_TIME: Duration = Duration::from_secs(60);
 /// A hub, reached over HTTP.
 #[derive(Clone, Debug)]
 pub struct HubClient {
-    base: String,
+    base: HubUrl,
     http: Client,
 }
 
@@ -87,33 +88,21 @@ impl PostAnswer {
 
 impl HubClient {
     pub fn new(base: &str) -> Result<HubClient, AgentError> {
+        let base = HubUrl::parse(base).map_err(AgentError::Transport)?;
         let http = Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| AgentError::Transport(e.without_url().to_string()))?;
-        Ok(HubClient {
-            base: base.trim_end_matches('/').to_string(),
-            http,
-        })
+        Ok(HubClient { base, http })
     }
 
     pub fn base(&self) -> &str {
-        &self.base
+        self.base.as_str()
     }
 
     /// The WebSocket relay's URL (`ws://…/v1/ws` or `wss://…`).
     pub fn ws_url(&self) -> String {
-        let rest = self
-            .base
-            .strip_prefix("https://")
-            .map(|r| format!("wss://{r}"))
-            .or_else(|| {
-                self.base
-                    .strip_prefix("http://")
-                    .map(|r| format!("ws://{r}"))
-            })
-            .unwrap_or_else(|| self.base.clone());
-        format!("{rest}/v1/ws")
+        self.base.ws()
     }
 
     /// Creates a seated, signed game with X's public key.
@@ -215,7 +204,7 @@ impl HubClient {
             .await
             .map_err(transport)?;
         let status = resp.status();
-        let retry = retry_after(&resp);
+        let retry = retry_after(resp.headers());
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         if status.is_success() || status == StatusCode::UNPROCESSABLE_ENTITY {
             Ok(PostAnswer { status, body })
@@ -240,7 +229,7 @@ impl HubClient {
         }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
-        let retry = retry_after(&resp);
+        let retry = retry_after(resp.headers());
         let value: Value = resp.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
             return Err(hub_error(status, &value, retry));
@@ -294,12 +283,6 @@ fn transport(e: reqwest::Error) -> AgentError {
     AgentError::Transport(e.without_url().to_string())
 }
 
-/// `Retry-After` in whole seconds, as the hub sends it with a 429 or a 503.
-fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
-    let secs = resp.headers().get("retry-after")?.to_str().ok()?;
-    secs.trim().parse().ok().map(Duration::from_secs)
-}
-
 /// The hub's error answer as the agent repeats it to the model. The hub is not trusted
 /// (its words reach the model outside the untrusted-board wrapper): a code that is not
 /// shaped like one becomes `error`, and a detail loses its control characters (a line
@@ -327,19 +310,6 @@ fn hub_error(status: StatusCode, body: &Value, retry_after: Option<Duration>) ->
 
 /// The most of a hub's error detail the agent repeats.
 const DETAIL_MAX: usize = 200;
-
-/// Percent-encodes one path or query segment (ids are URL-safe, inbox names may not be).
-fn seg(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
 
 #[cfg(test)]
 mod tests {
