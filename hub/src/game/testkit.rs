@@ -1,6 +1,8 @@
 //! Test-only stores: an in-memory [`Inbox`] and [`Meta`] with the semantics the engine
 //! relies on (durable on return, records in shard order, a high-water watch per shard), so
-//! the engine's tests run without a disk and without waiting for fsync.
+//! the engine's tests run without a disk and without waiting for fsync. Also the probes
+//! through which the engine's tests look inside a [`Hub`] (its seat cache, the code sweep
+//! run at a chosen time), kept here so that the facade carries no test-only methods.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,6 +15,8 @@ use tokio::sync::watch;
 
 use crate::inbox::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, StoredVerdict};
 use crate::meta::Meta;
+
+use super::Hub;
 
 pub struct MemInbox {
     /// While true, shard readers see nothing new (a consumer that fell behind).
@@ -318,6 +322,40 @@ impl Meta for MemMeta {
 
     fn ready(&self) -> bool {
         true
+    }
+}
+
+/// Probes into the engine behind a [`Hub`], for the engine's tests.
+impl Hub {
+    pub(crate) fn engine_open_games(&self, person: &str) -> u64 {
+        self.engine.seats.open_games(person)
+    }
+
+    /// Whether the game is among the open ones this hub caches.
+    pub(crate) fn engine_holds_open(&self, inbox: &str, game: &str) -> bool {
+        self.engine.seats.registration(inbox, game).is_some()
+    }
+
+    /// The hourly sweep of pairing codes, now; returns how many codes it forgot and how
+    /// many games it cancelled.
+    pub(crate) async fn sweep_codes(&self, now_ms: u64, keep_ms: u64) -> (usize, usize) {
+        super::facade::sweep_codes(&self.engine, now_ms, keep_ms).await
+    }
+
+    pub(crate) fn count_games_now(&self) {
+        self.engine.count_games();
+    }
+
+    pub(crate) fn seat_for_token_count(&self) -> usize {
+        self.engine.seats.token_count()
+    }
+
+    pub(crate) fn registration_cached(&self, inbox: &str, game: &str) -> bool {
+        self.engine.seats.registration(inbox, game).is_some()
+    }
+
+    pub(crate) fn forget_closed_seats(&self) -> usize {
+        self.engine.seats.forget_closed_seats()
     }
 }
 
