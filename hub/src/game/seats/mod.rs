@@ -26,7 +26,11 @@
 //! What this module deliberately does not do: judge events, or write to the inbox. It
 //! answers "which seat is this" and "what was registered"; the facade enforces it.
 
-use std::collections::{HashMap, HashSet};
+mod cache;
+mod codes;
+mod records;
+
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -35,118 +39,26 @@ use dashmap::DashMap;
 use games::key::GameIds;
 use games::{crypto, Seat};
 use parking_lot::Mutex;
-use rand::RngCore;
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
+
+pub use codes::{new_token, normalize_code, random_base32, CODE_KEEP};
+pub use records::Registration;
+pub(super) use records::{open_key, parse_open_key};
+
+use cache::Commons;
+use codes::draw_code;
+use records::{
+    code_key, game_key, held_key, json_bytes, seat_key, token_hash, CodeRecord, SeatRecord,
+};
 
 use super::types::SeatAuth;
 use super::HubError;
 use crate::meta::Meta;
-
-/// What a seated game was created with, and how far its seating got.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Registration {
-    pub inbox: String,
-    pub game: String,
-    /// The protocol's canonical ref and id.
-    pub protocol: Arc<str>,
-    pub protocol_id: Arc<str>,
-    /// The validated rules, defaults filled in, without `keys` and `inboxes`.
-    pub rules: Arc<Map<String, Value>>,
-    pub signed: bool,
-    /// Public keys (64 hex) once known; `None` for an unsigned game.
-    pub key_x: Option<String>,
-    pub key_o: Option<String>,
-    /// True when that seat's agent holds its own key (it posts signed events itself).
-    pub agent_x: bool,
-    pub agent_o: bool,
-    pub paired: bool,
-    /// The person whose open-games cap this game counts against.
-    pub host: String,
-    pub created_ms: u64,
-    /// Hash of the live pairing code (`None` once paired).
-    pub code_hash: Option<String>,
-}
-
-impl Registration {
-    /// True when the hub writes the start: X's key is hub-held, or the game is unsigned.
-    pub fn hub_writes_start(&self) -> bool {
-        !self.signed || !self.agent_x
-    }
-
-    /// True when `seat`'s agent holds its key (so the hub cannot write for it).
-    pub fn agent_held(&self, seat: Seat) -> bool {
-        match seat {
-            Seat::X => self.agent_x,
-            Seat::O => self.agent_o,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct CodeRecord {
-    inbox: String,
-    game: String,
-    expires_ms: u64,
-    used: bool,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct SeatRecord {
-    inbox: String,
-    game: String,
-    seat: String,
-}
-
-/// How long a dead pairing code (expired, used or replaced) is remembered, so that a late
-/// try is told why it failed, before it is purged.
-pub const CODE_KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
-
-/// Crockford base32: no I, L, O, U, so codes read aloud and typed by hand survive.
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// `n` random Crockford base32 characters.
-pub fn random_base32(n: usize) -> String {
-    let mut bytes = vec![0u8; n];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    bytes
-        .iter()
-        .map(|b| CROCKFORD[(b & 31) as usize] as char)
-        .collect()
-}
-
-/// Normalizes a pairing code as typed: Crockford's decoding (case-insensitive, I and L read
-/// as 1, O as 0, hyphens ignored). `None` when it cannot be a code.
-pub fn normalize_code(code: &str) -> Option<String> {
-    let mut out = String::with_capacity(8);
-    for c in code.chars() {
-        let c = match c.to_ascii_uppercase() {
-            '-' => continue,
-            'I' | 'L' => '1',
-            'O' => '0',
-            c => c,
-        };
-        if !CROCKFORD.contains(&(c as u8)) || !c.is_ascii() {
-            return None;
-        }
-        out.push(c);
-    }
-    (out.len() == 8).then_some(out)
-}
-
-/// A fresh seat token: 256 random bits as 64 hex characters.
-pub fn new_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    hex::encode(bytes)
 }
 
 /// RFC 3339 UTC text of a time in milliseconds since the epoch (whole seconds).
@@ -169,67 +81,6 @@ pub fn rfc3339(ms: u64) -> String {
         (rem / 60) % 60,
         rem % 60
     )
-}
-
-fn game_key(inbox: &str, game: &str) -> String {
-    format!("game/{inbox}/{game}")
-}
-
-fn token_hash(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-fn code_key(code_hash: &str) -> String {
-    format!("code/{code_hash}")
-}
-
-fn seat_key(token_hash: &[u8; 32]) -> String {
-    format!("seat/{}", crypto::to_hex(token_hash))
-}
-
-/// A fresh pairing code: (code, its hash, its deadline `ttl_ms` from now).
-fn draw_code(ttl_ms: u64) -> (String, String, u64) {
-    let code = random_base32(8);
-    let hash = crypto::sha256_hex(code.as_bytes());
-    (code, hash, now_ms() + ttl_ms)
-}
-
-/// A `seat/{hash}` record: the token's hash and the seat it opens.
-fn parse_seat(key: &str, value: &[u8]) -> Option<([u8; 32], SeatAuth)> {
-    let mut hash = [0u8; 32];
-    hex::decode_to_slice(key.strip_prefix("seat/")?, &mut hash).ok()?;
-    let rec = serde_json::from_slice::<SeatRecord>(value).ok()?;
-    let seat = Seat::parse(&rec.seat)?;
-    Some((
-        hash,
-        SeatAuth {
-            inbox: rec.inbox.into(),
-            game: rec.game.into(),
-            seat,
-        },
-    ))
-}
-
-pub(super) fn open_key(person: &str, inbox: &str, game: &str) -> String {
-    format!("open/{person}/{inbox}/{game}")
-}
-
-/// The person, inbox and game of an [`open_key`]. The person may itself hold slashes only
-/// in theory (addresses and token hashes do not), so the key is split by its known tail.
-pub(super) fn parse_open_key(key: &str) -> Option<(&str, &str, &str)> {
-    let mut parts = key.strip_prefix("open/")?.rsplitn(3, '/');
-    let (game, inbox, person) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((person, inbox, game))
-}
-
-fn held_key(inbox: &str, game: &str, seat: Seat) -> String {
-    format!("held/{inbox}/{game}/{seat}")
-}
-
-fn json_bytes<T: Serialize>(value: &T) -> Result<Bytes, HubError> {
-    serde_json::to_vec(value)
-        .map(Bytes::from)
-        .map_err(|e| HubError::Unavailable(format!("cannot encode a record: {e}")))
 }
 
 /// The seats of every seated game: durable in [`Meta`], those of open games cached in
@@ -298,57 +149,6 @@ async fn after_losing(lost: u32) {
 /// second has one game in a stripe at a time nearly always.
 const TURN_STRIPES: usize = 256;
 
-/// At most this many distinct protocol names and rule sets are shared (see [`Commons`]).
-const MAX_COMMONS: usize = 256;
-
-/// What most registrations have in common, kept once: the protocol's ref and id and its
-/// rules (nearly every game plays its protocol's defaults). A private copy of the rules was
-/// most of a cached registration's memory. Bounded: past [`MAX_COMMONS`] distinct values a
-/// registration keeps its own copy.
-#[derive(Default)]
-struct Commons {
-    texts: HashSet<Arc<str>>,
-    rules: HashMap<String, Arc<Map<String, Value>>>,
-}
-
-impl Commons {
-    fn text(&mut self, text: &Arc<str>) -> Arc<str> {
-        if let Some(shared) = self.texts.get(text) {
-            return shared.clone();
-        }
-        if self.texts.len() < MAX_COMMONS {
-            self.texts.insert(text.clone());
-        }
-        text.clone()
-    }
-
-    fn rules(&mut self, rules: &Arc<Map<String, Value>>) -> Arc<Map<String, Value>> {
-        // A registration updated from a cached one (pairing) already holds a shared copy.
-        if self.rules.values().any(|shared| Arc::ptr_eq(shared, rules)) {
-            return rules.clone();
-        }
-        // A `Map` is ordered by key, so equal rules serialize alike.
-        let Ok(text) = serde_json::to_string(&**rules) else {
-            return rules.clone();
-        };
-        if let Some(shared) = self.rules.get(&text) {
-            return shared.clone();
-        }
-        if self.rules.len() < MAX_COMMONS {
-            self.rules.insert(text, rules.clone());
-        }
-        rules.clone()
-    }
-
-    /// `reg` with its common parts shared.
-    fn share(&mut self, mut reg: Registration) -> Arc<Registration> {
-        reg.protocol = self.text(&reg.protocol);
-        reg.protocol_id = self.text(&reg.protocol_id);
-        reg.rules = self.rules(&reg.rules);
-        Arc::new(reg)
-    }
-}
-
 impl Seats {
     /// Loads the open-game records and the registrations of those games, one read each.
     /// It reads nothing of the games that finished, however many the store holds: their
@@ -384,186 +184,6 @@ impl Seats {
             }
         }
         Ok(seats)
-    }
-
-    /// The values of `keys`, read a few dozen at a time (one round trip each to Redis).
-    async fn read_many(
-        &self,
-        keys: impl Iterator<Item = String>,
-    ) -> Result<Vec<(String, Option<Bytes>)>, HubError> {
-        use futures_util::{StreamExt, TryStreamExt};
-        futures_util::stream::iter(keys)
-            .map(|key| async move {
-                let value = self.meta.get(&key).await?;
-                Ok::<_, HubError>((key, value))
-            })
-            .buffer_unordered(32)
-            .try_collect()
-            .await
-    }
-
-    /// The seat a token opens, if its game is open (else see [`Seats::stored_token`]).
-    pub fn seat_for_token(&self, token: &str) -> Option<SeatAuth> {
-        self.tokens.get(&token_hash(token)).map(|s| s.clone())
-    }
-
-    /// The seat a token opens, read from the store (a finished game's, or one another hub
-    /// node issued). Not cached.
-    pub async fn stored_token(
-        &self,
-        token: &str,
-    ) -> Result<Option<(SeatAuth, [u8; 32])>, HubError> {
-        let hash = token_hash(token);
-        let key = seat_key(&hash);
-        Ok(self
-            .meta
-            .get(&key)
-            .await?
-            .and_then(|value| parse_seat(&key, &value))
-            .map(|(_, auth)| (auth, hash)))
-    }
-
-    /// A registration read from the store (a finished game's, or one another hub node
-    /// wrote). Not cached.
-    pub async fn stored_registration(
-        &self,
-        inbox: &str,
-        game: &str,
-    ) -> Result<Option<Arc<Registration>>, HubError> {
-        let Some(value) = self.meta.get(&game_key(inbox, game)).await? else {
-            return Ok(None);
-        };
-        Ok(serde_json::from_slice::<Registration>(&value)
-            .ok()
-            .map(|reg| self.commons.lock().share(reg)))
-    }
-
-    /// Forgets the cached seats of games that are no longer open (run now and then: a
-    /// closing game does not look its two tokens up among every open game's).
-    pub fn forget_closed_seats(&self) -> usize {
-        let before = self.tokens.len();
-        self.tokens.retain(|_, auth| {
-            self.games
-                .contains_key(&(&*auth.inbox, &*auth.game) as &dyn GameIds)
-        });
-        before - self.tokens.len()
-    }
-
-    #[cfg(test)]
-    pub fn token_count(&self) -> usize {
-        self.tokens.len()
-    }
-
-    /// Re-reads one registration from the store into the cache (another hub node may have
-    /// created, paired or cancelled the game).
-    pub async fn refresh(
-        &self,
-        inbox: &str,
-        game: &str,
-    ) -> Result<Option<Arc<Registration>>, HubError> {
-        match self.meta.get(&game_key(inbox, game)).await? {
-            Some(value) => match serde_json::from_slice::<Registration>(&value) {
-                Ok(reg) => Ok(Some(self.cache(reg))),
-                Err(_) => Ok(self.registration(inbox, game)),
-            },
-            None => {
-                self.games.remove(&(inbox, game) as &dyn GameIds);
-                Ok(None)
-            }
-        }
-    }
-
-    /// Re-reads the registrations of one inbox's open games from the store (for the game
-    /// listing of a hub node whose peers create games too): the open-game marks of every
-    /// host, and the registration of each of the inbox's, one read a game. A finished
-    /// game's is not read, nor cached: the cache holds open games only.
-    pub async fn refresh_inbox(&self, inbox: &str) -> Result<(), HubError> {
-        let mut open = HashSet::new();
-        for (key, _) in self.meta.scan("open/").await? {
-            if let Some((_, i, game)) = parse_open_key(&key) {
-                if i == inbox {
-                    open.insert(game.to_string());
-                }
-            }
-        }
-        let mut fresh = Vec::with_capacity(open.len());
-        for (key, value) in self
-            .read_many(open.iter().map(|g| game_key(inbox, g)))
-            .await?
-        {
-            // None: cancelled meanwhile.
-            match value.map(|v| serde_json::from_slice::<Registration>(&v)) {
-                Some(Ok(reg)) => fresh.push(reg),
-                Some(Err(_)) => tracing::warn!(%key, "unreadable game registration skipped"),
-                None => {}
-            }
-        }
-        self.games
-            .retain(|(i, g), _| i != inbox || open.contains(g));
-        for reg in fresh {
-            self.cache(reg);
-        }
-        Ok(())
-    }
-
-    /// Puts `reg` in the cache, its common parts shared; returns the cached copy.
-    fn cache(&self, reg: Registration) -> Arc<Registration> {
-        let reg = self.commons.lock().share(reg);
-        self.games
-            .insert((reg.inbox.clone(), reg.game.clone()), reg.clone());
-        reg
-    }
-
-    /// How many open games `person` hosts, counted in the store (every hub node's).
-    pub async fn open_games_stored(&self, person: &str) -> Result<u64, HubError> {
-        Ok(self.meta.scan(&format!("open/{person}/")).await?.len() as u64)
-    }
-
-    /// Looks a token up in the store and caches it when its game is open here: a finished
-    /// game's token, or one issued before the hub opened.
-    pub async fn load_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
-        let Some((auth, hash)) = self.stored_token(token).await? else {
-            return Ok(None);
-        };
-        if self.registration(&auth.inbox, &auth.game).is_some() {
-            self.tokens.insert(hash, auth.clone());
-        }
-        Ok(Some(auth))
-    }
-
-    /// Looks a token up in the store (issued by another hub node) and caches it.
-    pub async fn refresh_token(&self, token: &str) -> Result<Option<SeatAuth>, HubError> {
-        let Some((auth, hash)) = self.stored_token(token).await? else {
-            return Ok(None);
-        };
-        self.tokens.insert(hash, auth.clone());
-        Ok(Some(auth))
-    }
-
-    /// The registration of an open game (else see [`Seats::stored_registration`]).
-    pub fn registration(&self, inbox: &str, game: &str) -> Option<Arc<Registration>> {
-        self.games
-            .get(&(inbox, game) as &dyn GameIds)
-            .map(|r| r.clone())
-    }
-
-    /// Every registration (for the games gauge).
-    pub fn all_registrations(&self) -> Vec<Arc<Registration>> {
-        self.games.iter().map(|e| e.value().clone()).collect()
-    }
-
-    /// Registrations of one inbox (for the game listing).
-    pub fn registrations(&self, inbox: &str) -> Vec<Arc<Registration>> {
-        self.games
-            .iter()
-            .filter(|e| e.key().0 == inbox)
-            .map(|e| e.value().clone())
-            .collect()
-    }
-
-    /// How many open games `person` hosts.
-    pub fn open_games(&self, person: &str) -> u64 {
-        self.open.get(person).map(|n| *n).unwrap_or(0)
     }
 
     /// The turn at changing a game's seating. Redeeming its code, a fresh code and a
@@ -609,46 +229,6 @@ impl Seats {
             },
         );
         Ok(token)
-    }
-
-    /// Issues a pairing code for a registered game; returns the code, its hash and its
-    /// deadline.
-    async fn issue_code(
-        &self,
-        inbox: &str,
-        game: &str,
-        ttl_ms: u64,
-    ) -> Result<(String, String, u64), HubError> {
-        // 40 random bits: a collision with a live code is unlikely, and insert_new makes
-        // it harmless (we draw again).
-        for _ in 0..8 {
-            let drawn = draw_code(ttl_ms);
-            if self.put_new_code(&drawn, inbox, game).await? {
-                return Ok(drawn);
-            }
-        }
-        Err(HubError::Unavailable(
-            "could not draw a fresh pairing code".into(),
-        ))
-    }
-
-    /// Stores a drawn code for `game` unless its hash is taken; true when stored.
-    async fn put_new_code(
-        &self,
-        (_, hash, expires_ms): &(String, String, u64),
-        inbox: &str,
-        game: &str,
-    ) -> Result<bool, HubError> {
-        let rec = CodeRecord {
-            inbox: inbox.to_string(),
-            game: game.to_string(),
-            expires_ms: *expires_ms,
-            used: false,
-        };
-        Ok(self
-            .meta
-            .insert_new(&code_key(hash), json_bytes(&rec)?)
-            .await?)
     }
 
     /// Seats X of a new game: reserves `reg`'s id, issues X's token and a pairing code.
@@ -731,131 +311,6 @@ impl Seats {
             person: person.to_string(),
             kept: false,
         })
-    }
-
-    /// Kills a code: leaves a `used` tombstone so a later try answers `code_used` (its
-    /// `expires_ms` is when it died, which [`Seats::purge_codes`] goes by).
-    async fn retire_code(&self, hash: &str, inbox: &str, game: &str) -> Result<(), HubError> {
-        let rec = CodeRecord {
-            inbox: inbox.to_string(),
-            game: game.to_string(),
-            expires_ms: now_ms(),
-            used: true,
-        };
-        self.meta.put(&code_key(hash), json_bytes(&rec)?).await?;
-        Ok(())
-    }
-
-    /// Forgets pairing codes that expired, or were used or replaced, more than `keep_ms`
-    /// before `now_ms`: until then a late try answers `code_used` or `code_expired`,
-    /// afterwards `not_found`, and the store does not grow with every code ever issued.
-    /// Returns how many it removed (counted as read: one removed meanwhile by another
-    /// caller is counted too).
-    /// The codes are read a page at a time: a day's codes are as many as the games
-    /// seated in a day, too many to hold at once on a busy hub. A page's dead codes are
-    /// deleted together, so that the store commits them at once: one by one, each
-    /// waiting for a commit of its own, the purge of a busy hub's hour of codes would
-    /// take most of the next hour.
-    pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<usize, HubError> {
-        use futures_util::{StreamExt, TryStreamExt};
-        // Pages of two in tests, so that theirs walk several, deleting as they go.
-        const PAGE: usize = if cfg!(test) { 2 } else { 256 };
-        let mut purged = 0;
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.meta.scan_page("code/", after.as_deref(), PAGE).await?;
-            let more = page.len() == PAGE;
-            let mut dead = Vec::new();
-            for (key, value) in &page {
-                let dead_since = match serde_json::from_slice::<CodeRecord>(value) {
-                    Ok(rec) => rec.expires_ms,
-                    Err(_) => 0, // unreadable: nothing can redeem it
-                };
-                if dead_since.saturating_add(keep_ms) < now_ms {
-                    dead.push(key.clone());
-                }
-            }
-            // Discarded, not deleted: the page has just read them, and a delete would look
-            // each up again (in an embedded store's cache file, once it has gone cold).
-            let count = dead.len();
-            futures_util::stream::iter(dead)
-                .map(|key| async move { self.meta.discard(&key).await })
-                .buffer_unordered(PAGE)
-                .try_collect::<()>()
-                .await?;
-            purged += count;
-            // Others' work goes between pages: a page reads its values on this thread.
-            tokio::task::yield_now().await;
-            match page.into_iter().last() {
-                Some((key, _)) if more => after = Some(key),
-                _ => return Ok(purged),
-            }
-        }
-    }
-
-    /// The waiting games this hub holds that nobody can join any more: their code expired
-    /// more than `keep_ms` before `now_ms` and was never replaced, or is gone altogether
-    /// (purged). Each as (inbox, game, code hash), for [`Seats::abandon`]. Read before the
-    /// dead codes are purged, from the open games rather than from the codes, so that a
-    /// game whose code was purged before (or while the hub stopped) is found too.
-    pub async fn stranded(
-        &self,
-        now_ms: u64,
-        keep_ms: u64,
-    ) -> Result<Vec<(String, String, String)>, HubError> {
-        let mut stranded = Vec::new();
-        for reg in self.all_registrations() {
-            let Some(hash) = reg.code_hash.as_deref().filter(|_| !reg.paired) else {
-                continue;
-            };
-            // A game made less than that long ago has had no code dead that long.
-            if reg.created_ms.saturating_add(keep_ms) >= now_ms {
-                continue;
-            }
-            let dead = match self.meta.get(&code_key(hash)).await? {
-                None => true,
-                Some(bytes) => serde_json::from_slice::<CodeRecord>(&bytes).map_or(true, |c| {
-                    !c.used && c.expires_ms.saturating_add(keep_ms) < now_ms
-                }),
-            };
-            if dead {
-                stranded.push((
-                    reg.inbox.to_string(),
-                    reg.game.to_string(),
-                    hash.to_string(),
-                ));
-            }
-        }
-        Ok(stranded)
-    }
-
-    /// A fresh code for X before pairing; the old one dies.
-    pub async fn new_code(&self, auth: &SeatAuth, ttl_ms: u64) -> Result<(String, u64), HubError> {
-        let _turn = self.turn(&auth.inbox, &auth.game).lock().await;
-        for lost in 0..CHANGE_TRIES {
-            if lost > 0 {
-                after_losing(lost - 1).await;
-            }
-            let (current, before) = self.owned_unpaired(auth).await?;
-            let mut reg = Registration::clone(&current);
-            let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
-            let old = reg.code_hash.replace(hash.clone());
-            let ids = (&*auth.inbox, &*auth.game);
-            if !self
-                .swap_registration(ids, before.as_ref(), Some(&reg))
-                .await?
-            {
-                // Another node paired, cancelled or renewed the game since it was read:
-                // the code drawn dies unseen, and the game is read again.
-                self.retire_code(&hash, &auth.inbox, &auth.game).await?;
-                continue;
-            }
-            if let Some(old) = old {
-                self.retire_code(&old, &auth.inbox, &auth.game).await?;
-            }
-            return Ok((code, expires_ms));
-        }
-        Err(changing_elsewhere())
     }
 
     /// X's registration while still unpaired, with the bytes it was read from when nodes
@@ -1026,24 +481,6 @@ impl Seats {
         Ok(())
     }
 
-    /// The game leaves the cache, and its host's count of open games falls by one if it
-    /// was there (so a game closed twice counts once). Synchronous, so that an actor can
-    /// call it before it publishes a game's last state: a host who creates a game the
-    /// moment it sees the last one end is not refused for the old one, whose mark is
-    /// still being deleted from the store. The cache first, then the count: whoever sees
-    /// the count fall sees the game gone from the cache too.
-    pub fn forget_open(&self, reg: &Registration) {
-        let cached = self
-            .games
-            .remove(&(reg.inbox.as_str(), reg.game.as_str()) as &dyn GameIds)
-            .is_some();
-        if cached {
-            if let Some(mut n) = self.open.get_mut(&reg.host) {
-                *n = n.saturating_sub(1);
-            }
-        }
-    }
-
     /// Redeems a pairing code: seats O with `key_o` (`Some` when O's agent holds its key,
     /// with the public key; for a hub-held O pass the derived public key and `agent=false`).
     /// Returns O's token and the updated registration.
@@ -1183,5 +620,4 @@ impl Seats {
 }
 
 #[cfg(test)]
-#[path = "seats_tests.rs"]
 mod tests;

@@ -1,6 +1,8 @@
 //! Tests of seats and pairing codes: codes and tokens, registrations shared and stored in
 //! full, reserved ids, the purge of dead codes, and dates.
 
+use serde_json::Value;
+
 use super::*;
 
 #[test]

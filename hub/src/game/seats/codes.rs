@@ -1,0 +1,239 @@
+//! The pairing-code lifecycle: a code is drawn (8 Crockford base32 characters, stored
+//! only as its hash), issued for a game, replaced by a fresh one or spent by a pair (both
+//! leave a `used` tombstone, so a late try hears `code_used`), and purged a day after it
+//! died ([`CODE_KEEP`]). The hourly sweep also finds the waiting games stranded behind a
+//! code dead that long ([`Seats::stranded`]), for the facade to cancel.
+//!
+//! What this module deliberately does not do: redeem a code. Pairing changes the game's
+//! registration and seats O, so it is [`Seats::pair`]'s, in the game's turn with every
+//! other change of its seating.
+
+use games::crypto;
+use rand::RngCore;
+
+use super::records::{code_key, json_bytes, CodeRecord};
+use super::{after_losing, changing_elsewhere, now_ms, Registration, Seats, CHANGE_TRIES};
+use crate::game::types::SeatAuth;
+use crate::game::HubError;
+
+/// How long a dead pairing code (expired, used or replaced) is remembered, so that a late
+/// try is told why it failed, before it is purged.
+pub const CODE_KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Crockford base32: no I, L, O, U, so codes read aloud and typed by hand survive.
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// `n` random Crockford base32 characters.
+pub fn random_base32(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    bytes
+        .iter()
+        .map(|b| CROCKFORD[(b & 31) as usize] as char)
+        .collect()
+}
+
+/// Normalizes a pairing code as typed: Crockford's decoding (case-insensitive, I and L read
+/// as 1, O as 0, hyphens ignored). `None` when it cannot be a code.
+pub fn normalize_code(code: &str) -> Option<String> {
+    let mut out = String::with_capacity(8);
+    for c in code.chars() {
+        let c = match c.to_ascii_uppercase() {
+            '-' => continue,
+            'I' | 'L' => '1',
+            'O' => '0',
+            c => c,
+        };
+        if !CROCKFORD.contains(&(c as u8)) || !c.is_ascii() {
+            return None;
+        }
+        out.push(c);
+    }
+    (out.len() == 8).then_some(out)
+}
+
+/// A fresh pairing code: (code, its hash, its deadline `ttl_ms` from now).
+pub(super) fn draw_code(ttl_ms: u64) -> (String, String, u64) {
+    let code = random_base32(8);
+    let hash = crypto::sha256_hex(code.as_bytes());
+    (code, hash, now_ms() + ttl_ms)
+}
+
+/// A fresh seat token: 256 random bits as 64 hex characters.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+impl Seats {
+    /// Issues a pairing code for a registered game; returns the code, its hash and its
+    /// deadline.
+    pub(super) async fn issue_code(
+        &self,
+        inbox: &str,
+        game: &str,
+        ttl_ms: u64,
+    ) -> Result<(String, String, u64), HubError> {
+        // 40 random bits: a collision with a live code is unlikely, and insert_new makes
+        // it harmless (we draw again).
+        for _ in 0..8 {
+            let drawn = draw_code(ttl_ms);
+            if self.put_new_code(&drawn, inbox, game).await? {
+                return Ok(drawn);
+            }
+        }
+        Err(HubError::Unavailable(
+            "could not draw a fresh pairing code".into(),
+        ))
+    }
+
+    /// Stores a drawn code for `game` unless its hash is taken; true when stored.
+    pub(super) async fn put_new_code(
+        &self,
+        (_, hash, expires_ms): &(String, String, u64),
+        inbox: &str,
+        game: &str,
+    ) -> Result<bool, HubError> {
+        let rec = CodeRecord {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            expires_ms: *expires_ms,
+            used: false,
+        };
+        Ok(self
+            .meta
+            .insert_new(&code_key(hash), json_bytes(&rec)?)
+            .await?)
+    }
+
+    /// Kills a code: leaves a `used` tombstone so a later try answers `code_used` (its
+    /// `expires_ms` is when it died, which [`Seats::purge_codes`] goes by).
+    pub(super) async fn retire_code(
+        &self,
+        hash: &str,
+        inbox: &str,
+        game: &str,
+    ) -> Result<(), HubError> {
+        let rec = CodeRecord {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            expires_ms: now_ms(),
+            used: true,
+        };
+        self.meta.put(&code_key(hash), json_bytes(&rec)?).await?;
+        Ok(())
+    }
+
+    /// Forgets pairing codes that expired, or were used or replaced, more than `keep_ms`
+    /// before `now_ms`: until then a late try answers `code_used` or `code_expired`,
+    /// afterwards `not_found`, and the store does not grow with every code ever issued.
+    /// Returns how many it removed (counted as read: one removed meanwhile by another
+    /// caller is counted too).
+    /// The codes are read a page at a time: a day's codes are as many as the games
+    /// seated in a day, too many to hold at once on a busy hub. A page's dead codes are
+    /// deleted together, so that the store commits them at once: one by one, each
+    /// waiting for a commit of its own, the purge of a busy hub's hour of codes would
+    /// take most of the next hour.
+    pub async fn purge_codes(&self, now_ms: u64, keep_ms: u64) -> Result<usize, HubError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        // Pages of two in tests, so that theirs walk several, deleting as they go.
+        const PAGE: usize = if cfg!(test) { 2 } else { 256 };
+        let mut purged = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.meta.scan_page("code/", after.as_deref(), PAGE).await?;
+            let more = page.len() == PAGE;
+            let mut dead = Vec::new();
+            for (key, value) in &page {
+                let dead_since = match serde_json::from_slice::<CodeRecord>(value) {
+                    Ok(rec) => rec.expires_ms,
+                    Err(_) => 0, // unreadable: nothing can redeem it
+                };
+                if dead_since.saturating_add(keep_ms) < now_ms {
+                    dead.push(key.clone());
+                }
+            }
+            // Discarded, not deleted: the page has just read them, and a delete would look
+            // each up again (in an embedded store's cache file, once it has gone cold).
+            let count = dead.len();
+            futures_util::stream::iter(dead)
+                .map(|key| async move { self.meta.discard(&key).await })
+                .buffer_unordered(PAGE)
+                .try_collect::<()>()
+                .await?;
+            purged += count;
+            // Others' work goes between pages: a page reads its values on this thread.
+            tokio::task::yield_now().await;
+            match page.into_iter().last() {
+                Some((key, _)) if more => after = Some(key),
+                _ => return Ok(purged),
+            }
+        }
+    }
+
+    /// The waiting games this hub holds that nobody can join any more: their code expired
+    /// more than `keep_ms` before `now_ms` and was never replaced, or is gone altogether
+    /// (purged). Each as (inbox, game, code hash), for [`Seats::abandon`]. Read before the
+    /// dead codes are purged, from the open games rather than from the codes, so that a
+    /// game whose code was purged before (or while the hub stopped) is found too.
+    pub async fn stranded(
+        &self,
+        now_ms: u64,
+        keep_ms: u64,
+    ) -> Result<Vec<(String, String, String)>, HubError> {
+        let mut stranded = Vec::new();
+        for reg in self.all_registrations() {
+            let Some(hash) = reg.code_hash.as_deref().filter(|_| !reg.paired) else {
+                continue;
+            };
+            // A game made less than that long ago has had no code dead that long.
+            if reg.created_ms.saturating_add(keep_ms) >= now_ms {
+                continue;
+            }
+            let dead = match self.meta.get(&code_key(hash)).await? {
+                None => true,
+                Some(bytes) => serde_json::from_slice::<CodeRecord>(&bytes).map_or(true, |c| {
+                    !c.used && c.expires_ms.saturating_add(keep_ms) < now_ms
+                }),
+            };
+            if dead {
+                stranded.push((
+                    reg.inbox.to_string(),
+                    reg.game.to_string(),
+                    hash.to_string(),
+                ));
+            }
+        }
+        Ok(stranded)
+    }
+
+    /// A fresh code for X before pairing; the old one dies.
+    pub async fn new_code(&self, auth: &SeatAuth, ttl_ms: u64) -> Result<(String, u64), HubError> {
+        let _turn = self.turn(&auth.inbox, &auth.game).lock().await;
+        for lost in 0..CHANGE_TRIES {
+            if lost > 0 {
+                after_losing(lost - 1).await;
+            }
+            let (current, before) = self.owned_unpaired(auth).await?;
+            let mut reg = Registration::clone(&current);
+            let (code, hash, expires_ms) = self.issue_code(&auth.inbox, &auth.game, ttl_ms).await?;
+            let old = reg.code_hash.replace(hash.clone());
+            let ids = (&*auth.inbox, &*auth.game);
+            if !self
+                .swap_registration(ids, before.as_ref(), Some(&reg))
+                .await?
+            {
+                // Another node paired, cancelled or renewed the game since it was read:
+                // the code drawn dies unseen, and the game is read again.
+                self.retire_code(&hash, &auth.inbox, &auth.game).await?;
+                continue;
+            }
+            if let Some(old) = old {
+                self.retire_code(&old, &auth.inbox, &auth.game).await?;
+            }
+            return Ok((code, expires_ms));
+        }
+        Err(changing_elsewhere())
+    }
+}
