@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod files;

@@ -9,7 +9,7 @@
 //! stops writing for its shards on its own (Redis fencing refuses its verdicts anyway).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -19,6 +19,7 @@ use redis::Script;
 use tokio::sync::watch;
 
 use super::Ownership;
+use crate::clock::now_ms;
 use crate::game::Hub;
 use crate::inbox::redis::{keys, Fence};
 use crate::metrics::Metrics;
@@ -74,13 +75,6 @@ pub struct RedisCluster {
     /// How many live nodes the last lease round counted (this one included).
     live: Arc<std::sync::atomic::AtomicU32>,
     metrics: Arc<Metrics>,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl RedisCluster {

@@ -26,6 +26,7 @@ use redis::aio::ConnectionManager;
 use serde_json::{json, Value};
 
 use super::{Forward, Forwarded};
+use crate::clock::now_ms;
 use crate::game::{Hub, HubError};
 use crate::inbox::redis::keys;
 use crate::inbox::Capture;
@@ -36,10 +37,6 @@ pub const INTENT_TTL: Duration = Duration::from_secs(5);
 const REPLY_TTL_MS: u64 = 30_000;
 /// How often a waiting node looks for its reply.
 const POLL: Duration = Duration::from_millis(3);
-
-fn now_ms() -> u64 {
-    crate::game::seats::now_ms()
-}
 
 fn reply_key(id: &str) -> String {
     format!("ph:r:{id}")

@@ -118,7 +118,7 @@ impl Inbox for MemInbox {
                 game: game.to_string(),
                 seat,
                 raw,
-                at_ms: super::seats::now_ms(),
+                at_ms: crate::clock::now_ms(),
             });
             self.appended.lock().push(capture);
             capture

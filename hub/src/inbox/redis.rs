@@ -45,7 +45,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -55,6 +55,7 @@ use redis::{RedisError, Script};
 use tokio::sync::watch;
 
 use super::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, StoredVerdict};
+use crate::clock::now_ms;
 
 /// How long one command may take before the store counts as unreachable.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -561,13 +562,6 @@ async fn own_missing(
         }
     }
     Ok(None)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[async_trait]

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bytes::Bytes;
 use games::Seat;
@@ -27,6 +27,7 @@ use super::codec;
 use super::index::Index;
 use super::log::{self, FramePos, SegmentLog, Segments};
 use super::{Capture, Record, StoreError, StoredVerdict};
+use crate::clock::now_ms;
 
 /// At most this many requests share one write and fsync, so one batch's latency stays
 /// bounded however many appenders wait.
@@ -128,12 +129,6 @@ pub(super) struct Shared {
 
 pub(super) fn unavailable() -> StoreError {
     StoreError::Unavailable("the inbox stopped taking writes after a failed write or fsync".into())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The single writer: drains requests in batches, one write and one fsync per batch.

@@ -334,7 +334,7 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
     /// one when the kept one expired); returns the note that tells the person.
     async fn show_code(&self, handle: &SeatHandle, state: &mut Value) -> String {
         let mut rec = handle.lock().await;
-        let now = crate::game::seats::rfc3339(crate::game::seats::now_ms());
+        let now = crate::clock::rfc3339(crate::clock::now_ms());
         // Both are RFC 3339 in UTC to the second, as the hub writes them: they sort as
         // text. A record made before expiries were kept asks for a fresh code too.
         let live = rec.pairing_code.is_some()

@@ -132,7 +132,7 @@ impl GameActor {
     /// Asks the owner (through the intent stream) to rebuild the game when `record` has
     /// waited too long for its verdict; at most once per [`STUCK_AFTER`].
     fn nudge_if_stuck(&mut self, record: &Record) {
-        let age = crate::game::seats::now_ms().saturating_sub(record.at_ms);
+        let age = crate::clock::now_ms().saturating_sub(record.at_ms);
         let recently = self.copy.nudged.is_some_and(|t| t.elapsed() < STUCK_AFTER);
         if age < STUCK_AFTER.as_millis() as u64 || recently {
             return;

@@ -323,7 +323,7 @@ impl GameActor {
                 *drafted = None;
             }
         }
-        let age_ms = super::seats::now_ms().saturating_sub(record.at_ms);
+        let age_ms = crate::clock::now_ms().saturating_sub(record.at_ms);
         metrics
             .capture_to_verdict
             .observe(Duration::from_millis(age_ms).as_secs_f64());

@@ -130,7 +130,7 @@ impl Hub {
                         // day, and cancel the games still waiting behind expired ones.
                         if tick % 3600 == 0 {
                             let keep = super::seats::CODE_KEEP.as_millis() as u64;
-                            sweep_codes(&sweeper, super::seats::now_ms(), keep).await;
+                            sweep_codes(&sweeper, crate::clock::now_ms(), keep).await;
                         }
                     }
                     _ = sweep_stop.changed() => return,

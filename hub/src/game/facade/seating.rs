@@ -15,6 +15,7 @@ use games::{crypto, Event, Seat};
 use serde_json::{Map, Value};
 
 use super::Hub;
+use crate::clock;
 use crate::game::actor;
 use crate::game::engine::Engine;
 use crate::game::seats::{self, Registration};
@@ -100,7 +101,7 @@ impl Hub {
             agent_o: false,
             paired: false,
             host: person.to_string(),
-            created_ms: seats::now_ms(),
+            created_ms: clock::now_ms(),
             code_hash: None,
         };
         let ttl_ms = config.code_ttl.as_millis() as u64;
@@ -136,7 +137,7 @@ impl Hub {
             seat: Seat::X,
             token,
             pairing_code: code,
-            expires_at: seats::rfc3339(expires_ms),
+            expires_at: clock::rfc3339(expires_ms),
         })
     }
 
@@ -199,7 +200,7 @@ impl Hub {
             inbox: auth.inbox.to_string(),
             game: auth.game.to_string(),
             pairing_code: code,
-            expires_at: seats::rfc3339(expires_ms),
+            expires_at: clock::rfc3339(expires_ms),
         })
     }
 

@@ -12,7 +12,8 @@ use games::crypto;
 use rand::RngCore;
 
 use super::records::{code_key, json_bytes, CodeRecord};
-use super::{after_losing, changing_elsewhere, now_ms, Registration, Seats, CHANGE_TRIES};
+use super::{after_losing, changing_elsewhere, Registration, Seats, CHANGE_TRIES};
+use crate::clock::now_ms;
 use crate::game::types::SeatAuth;
 use crate::game::HubError;
 

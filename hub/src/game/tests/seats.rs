@@ -283,7 +283,7 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     );
 
     // Dead codes are remembered for a while, then purged: a try then finds no code.
-    let now = crate::game::seats::now_ms();
+    let now = crate::clock::now_ms();
     let keep = 60_000;
     assert_eq!(
         f.hub.sweep_codes(now, keep).await,
