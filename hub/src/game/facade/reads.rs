@@ -85,7 +85,9 @@ impl Hub {
     /// still waiting for their start first (newest created first), then games by their
     /// first capture, newest first. `after` is the `next` of the previous page; a page may
     /// hold fewer than `limit` games and still have a `next` (a phase filter that skipped
-    /// many games), and `next` is null only after the last game.
+    /// many games), and `next` is null only after the last game. A `limit` of 0 is read as
+    /// 1, as the HTTP route clamps it: a page of no games could not say where the next
+    /// one starts.
     pub async fn games(
         &self,
         inbox: &str,
@@ -93,6 +95,7 @@ impl Hub {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Listing<GameSummary>, HubError> {
+        let limit = limit.max(1);
         let cursor = after.map(GamesCursor::parse).transpose()?;
         let mut items: Vec<GameSummary> = Vec::new();
         let pending_wanted = phase.is_none_or(|p| p != Phase::Started);
@@ -122,10 +125,10 @@ impl Hub {
                 if self.engine.inbox.count(inbox, &reg.game).await? > 0 {
                     continue; // listed below, from its chain
                 }
-                if items.len() == limit {
+                if let Some(last) = items.last().filter(|_| items.len() == limit) {
                     let next = GamesCursor::Pending {
                         created_ms: last_created,
-                        game: items[limit - 1].game.clone(),
+                        game: last.game.clone(),
                     };
                     return Ok(Listing {
                         items,
@@ -167,7 +170,7 @@ impl Hub {
             let batch = self
                 .engine
                 .inbox
-                .games(inbox, before, (limit - items.len()).min(budget))
+                .games(inbox, before, limit.saturating_sub(items.len()).min(budget))
                 .await?;
             if batch.is_empty() {
                 return Ok(Listing { items, next: None });
