@@ -194,6 +194,8 @@ impl Hub {
 
     /// `POST …/code` by X's token before pairing: a fresh code; the old one dies.
     pub async fn new_code(&self, auth: &SeatAuth) -> Result<NewCode, HubError> {
+        // A code that could not be redeemed until the inbox takes writes again.
+        self.inbox_writable()?;
         let ttl_ms = self.engine.config.code_ttl.as_millis() as u64;
         let (code, expires_ms) = self.engine.seats.new_code(auth, ttl_ms).await?;
         Ok(NewCode {

@@ -312,8 +312,10 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
         .expect("the live code still pairs");
 }
 
-/// While the inbox cannot take writes, no game is created and no code is spent: a game
-/// seated then could never start. Once it can again, the code made before still pairs.
+/// While the inbox cannot take writes, no game is created, no fresh code is handed out and
+/// no code is spent: a game seated then could never start. Once it can again, the code
+/// made before still pairs. A cancel still goes through: it starts nothing, and gives the
+/// host's place back.
 #[actix_rt::test]
 async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
     let inbox = MemInbox::new(4);
@@ -325,6 +327,7 @@ async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
         key: None,
     };
     let a = f.hub.create_game(INBOX, req(), "p").await.expect("created");
+    let b = f.hub.create_game(INBOX, req(), "p").await.expect("created");
     inbox.fail_writes(true);
     assert!(!f.hub.ready());
     let refused = f.hub.create_game(INBOX, req(), "p").await.err();
@@ -333,6 +336,21 @@ async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
         pair_error(&f.hub, &a.pairing_code).await,
         Some("unavailable")
     );
+    let xa = f
+        .hub
+        .seat_for_token(&a.token)
+        .await
+        .expect("looked up")
+        .expect("X");
+    let fresh = f.hub.new_code(&xa).await.err();
+    assert_eq!(fresh.as_ref().map(HubError::code), Some("unavailable"));
+    let xb = f
+        .hub
+        .seat_for_token(&b.token)
+        .await
+        .expect("looked up")
+        .expect("X");
+    f.hub.cancel(&xb).await.expect("a cancel needs no inbox");
     inbox.fail_writes(false);
     f.hub
         .pair(&a.pairing_code, None)
