@@ -5,7 +5,10 @@
 //! the chain comes back as a [`super::Posted`] with verdict `rejected`, its capture kept.
 //! [`HubError`] covers everything else — credentials, seat rules, caps, malformed requests,
 //! and a store that cannot take writes — and knows its HTTP status and wire code, so the
-//! HTTP layer, the relay and the agent all answer the same way.
+//! HTTP layer, the relay and the agent all answer the same way. The store's own failures
+//! stay what they are ([`HubError::Store`] keeps the [`StoreError`], with its causes and
+//! its kind: down, or damaged, which is logged at ERROR as it is converted); on the wire
+//! both kinds of 503 read `unavailable`.
 
 use games::reason::Refusal;
 
@@ -52,9 +55,13 @@ pub enum HubError {
     /// A malformed request that is not an event (a bad key, a bad cursor, a bad capture).
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// The store cannot take writes (or reads) right now.
+    /// The hub cannot take this request right now, for a reason of its own (the inbox
+    /// cannot take writes, so nobody is seated; a shard's owner cannot be reached).
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The store failed to answer: down, out of space, or damaged.
+    #[error("unavailable: {0}")]
+    Store(#[source] StoreError),
 }
 
 impl HubError {
@@ -72,7 +79,7 @@ impl HubError {
             HubError::CodeUsed | HubError::CodeExpired => 410,
             HubError::Input(_) | HubError::BadRequest(_) => 400,
             HubError::Refused(_) => 422,
-            HubError::Unavailable(_) => 503,
+            HubError::Unavailable(_) | HubError::Store(_) => 503,
         }
     }
 
@@ -91,7 +98,7 @@ impl HubError {
             HubError::TooManyCaptures(_) => "too_many_captures",
             HubError::Input(r) | HubError::Refused(r) => r.reason.code(),
             HubError::BadRequest(_) => "bad_request",
-            HubError::Unavailable(_) => "unavailable",
+            HubError::Unavailable(_) | HubError::Store(_) => "unavailable",
         }
     }
 
@@ -103,6 +110,7 @@ impl HubError {
             | HubError::NotFound(d)
             | HubError::BadRequest(d)
             | HubError::Unavailable(d) => Some(d.clone()),
+            HubError::Store(e) => Some(e.to_string()),
             HubError::Input(r) | HubError::Refused(r) => r.detail.clone(),
             HubError::TooManyGames(n) => Some(format!("at most {n} open games per person")),
             HubError::TooManyCaptures(n) => Some(format!("at most {n} captures per game")),
@@ -124,7 +132,14 @@ impl From<StoreError> for HubError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::BadCursor => HubError::BadRequest("bad cursor".into()),
-            other => HubError::Unavailable(other.to_string()),
+            StoreError::Corrupt(what) => {
+                // Every edge answers 503 (and the HTTP layer logs it at WARN with the
+                // route); damage is an operator's matter whatever the edge, so it is
+                // said here, once, at ERROR.
+                tracing::error!(what = %what, "the store holds damaged data");
+                HubError::Store(StoreError::Corrupt(what))
+            }
+            other => HubError::Store(other),
         }
     }
 }

@@ -380,7 +380,10 @@ async fn a_choice_whose_commit_the_store_refused_may_be_made_again() {
     inbox.fail_writes(true);
     let refused = f.hub.post_move(&x, json!({"choice": "rock"})).await;
     assert!(
-        matches!(refused, Err(HubError::Unavailable(_))),
+        matches!(
+            refused,
+            Err(HubError::Store(crate::inbox::StoreError::Unavailable(_)))
+        ),
         "{refused:?}"
     );
     inbox.fail_writes(false);
