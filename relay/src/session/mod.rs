@@ -3,14 +3,13 @@
 //! A session is one task running one `select!` over six things: frames from the client,
 //! publications from the room it watches, the reply of the command it is running, a
 //! heartbeat tick, the server's shutdown and, while frames wait, room in the socket's
-//! sending queue. Frames go
-//! straight into the socket's own bounded channel to the connection (actix-ws's, 32
-//! frames); what does not fit waits in a short backlog of the session's, drained as the
-//! connection takes frames. The session never waits on the client: a client that lets
-//! [`SEND_QUEUE`] frames pile up, or takes none for [`WRITE_TIMEOUT`], does not read, and
-//! is dropped on the spot; it never slows the session's room or anyone's game. (No writer
-//! task of its own: that cost a task, a second queue and a thread hop per frame, and about
-//! 4 KiB of memory per open game.)
+//! sending queue. Frames go straight into the socket's own bounded channel to the
+//! connection (actix-ws's, 32 frames); what does not fit waits in a short backlog of the
+//! session's (`outbox`), drained as the connection takes frames. The session never waits
+//! on the client: a client that lets [`SEND_QUEUE`] frames pile up, or takes none for
+//! [`WRITE_TIMEOUT`], does not read, and is dropped on the spot; it never slows the
+//! session's room or anyone's game. (No writer task of its own: that cost a task, a second
+//! queue and a thread hop per frame, and about 4 KiB of memory per open game.)
 //!
 //! Commands run one at a time, in the order they arrived (a lane): at most one call into
 //! the service is in flight per socket, and while [`COMMAND_QUEUE`] commands wait, or
@@ -43,10 +42,7 @@
 //! game).
 
 use std::collections::VecDeque;
-use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use actix_web::web::Bytes;
@@ -55,7 +51,6 @@ use actix_ws::{
 };
 use bytestring::ByteString;
 use futures_util::future::BoxFuture;
-use futures_util::Sink;
 use games::Seat;
 use tokio::sync::watch;
 
@@ -66,6 +61,10 @@ use crate::service::{Ended, Failure, Outcome, SeatRef};
 use crate::wire::client_in::{ClientIn, Ref};
 use crate::wire::client_out::{self, StateFrame};
 
+mod outbox;
+
+use outbox::Outbox;
+
 /// The largest frame a client may send, in bytes (DESIGN.md section 5: 4 KiB).
 pub const MAX_FRAME_BYTES: usize = 4096;
 /// How often the hub pings a client it has not heard from lately.
@@ -74,9 +73,6 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Frames waiting for the connection to take them; a client that lets it fill is dropped.
 pub const SEND_QUEUE: usize = 64;
-/// Of [`SEND_QUEUE`], what actix-ws's channel to the connection holds (`actix_ws::handle`);
-/// the rest wait in the session's backlog.
-const SOCKET_CHANNEL: usize = 32;
 /// Commands waiting for the lane; while it is full the socket is not read.
 pub const COMMAND_QUEUE: usize = 16;
 /// The longest the connection may take no frame while some wait, before the client is
@@ -172,9 +168,7 @@ pub async fn run(
         .max_continuation_size(MAX_FRAME_BYTES);
     let mut session = Session {
         relay,
-        socket,
-        backlog: VecDeque::new(),
-        stalled: None,
+        outbox: Outbox::new(socket),
         role: Role::Unknown,
         watch: None,
         queue: VecDeque::new(),
@@ -230,12 +224,8 @@ enum Closing {
 
 struct Session {
     relay: Relay,
-    /// The sending half of the socket: a bounded channel to the connection.
-    socket: actix_ws::Session,
-    /// Frames the socket's channel had no room for yet, oldest first.
-    backlog: VecDeque<Message>,
-    /// Since when the backlog has not been empty.
-    stalled: Option<Instant>,
+    /// The socket's sending half, and the frames that wait for it.
+    outbox: Outbox,
     role: Role,
     watch: Option<Watch>,
     queue: VecDeque<ClientIn>,
@@ -291,7 +281,7 @@ impl Session {
         while self.closing.is_none() {
             // While frames wait for the client, it gets no more answers to wait for.
             let can_read =
-                self.queue.len() < COMMAND_QUEUE && self.backlog.is_empty() && !self.stopping;
+                self.queue.len() < COMMAND_QUEUE && self.outbox.is_empty() && !self.stopping;
             tokio::select! {
                 message = stream.recv(), if can_read => match message {
                     Some(Ok(message)) => self.on_message(message),
@@ -315,8 +305,7 @@ impl Session {
                 }
                 _ = tick.tick() => self.on_tick(heartbeat),
                 () = shutting_down(&mut self.shutdown), if !self.stopping => self.stopping = true,
-                room = poll_fn(|cx| Pin::new(&mut self.socket).poll_ready(cx)),
-                    if !self.backlog.is_empty() => match room {
+                room = self.outbox.ready(), if !self.outbox.is_empty() => match room {
                     Ok(()) => self.drain(),
                     Err(_) => self.drop_client(Ended::Disconnected),
                 },
@@ -334,7 +323,7 @@ impl Session {
             // Nor does it start the next command while frames wait: the answers of a
             // burst of commands refused at once (`rate_limited`) came faster than the
             // connection took them, and overflowed the backlog of a client that reads.
-            if self.inflight.is_none() && self.backlog.is_empty() {
+            if self.inflight.is_none() && self.outbox.is_empty() {
                 if let Some(command) = self.queue.pop_front() {
                     self.start(command);
                 }
@@ -376,7 +365,8 @@ impl Session {
         let busy = self.inflight.is_some() || !self.queue.is_empty();
         let silent = self.last_heard.elapsed();
         if self
-            .stalled
+            .outbox
+            .stalled()
             .is_some_and(|since| since.elapsed() > WRITE_TIMEOUT)
         {
             self.drop_client(Ended::Slow);
@@ -400,74 +390,27 @@ impl Session {
         }
     }
 
-    /// Hands one frame to the socket, or to the backlog when the socket's channel is full
-    /// (or frames already wait there); a client with a full backlog is dropped.
+    /// Hands one frame to the outbox; a client that cannot take it is dropped.
     fn push(&mut self, message: Message) {
         if matches!(self.closing, Some(Closing::Dropped)) {
             return;
         }
-        if self.backlog.is_empty() {
-            match self.offer() {
-                Poll::Ready(true) => {
-                    if Pin::new(&mut self.socket).start_send(message).is_err() {
-                        self.drop_client(Ended::Disconnected);
-                    }
-                    return;
-                }
-                Poll::Ready(false) => return self.drop_client(Ended::Disconnected),
-                Poll::Pending => {}
-            }
+        if let Err(why) = self.outbox.push(message) {
+            self.drop_client(why);
         }
-        if self.backlog.len() >= SEND_QUEUE - SOCKET_CHANNEL {
-            return self.drop_client(Ended::Slow);
-        }
-        self.backlog.push_back(message);
-        self.stalled.get_or_insert_with(Instant::now);
-    }
-
-    /// Whether the socket's channel has room now (`Ready(true)`), is full (`Pending`) or
-    /// is closed (`Ready(false)`); never waits. The session's `select!` waits for room
-    /// whenever the backlog is not empty, with its own waker.
-    fn offer(&mut self) -> Poll<bool> {
-        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
-        Pin::new(&mut self.socket)
-            .poll_ready(&mut cx)
-            .map(|ready| ready.is_ok())
     }
 
     /// Moves frames from the backlog to the socket while its channel has room.
     fn drain(&mut self) {
-        while let Some(message) = self.backlog.pop_front() {
-            if Pin::new(&mut self.socket).start_send(message).is_err() {
-                return self.drop_client(Ended::Disconnected);
-            }
-            if self.backlog.is_empty() {
-                break;
-            }
-            match self.offer() {
-                Poll::Ready(true) => {}
-                Poll::Ready(false) => return self.drop_client(Ended::Disconnected),
-                Poll::Pending => {
-                    // Progress: the stall is timed from the last frame the socket took.
-                    self.stalled = Some(Instant::now());
-                    return;
-                }
-            }
+        if let Err(why) = self.outbox.drain() {
+            self.drop_client(why);
         }
-        self.backlog = VecDeque::new();
-        self.stalled = None;
     }
 
     /// Sends what waits in the backlog, waiting for the connection as long as it takes.
     async fn flush(&mut self) {
-        while !self.backlog.is_empty() {
-            if poll_fn(|cx| Pin::new(&mut self.socket).poll_ready(cx))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            self.drain();
+        if let Err(why) = self.outbox.flush().await {
+            self.drop_client(why);
         }
     }
 
@@ -479,8 +422,7 @@ impl Session {
             tracing::debug!("dropping a WebSocket client that does not read");
         }
         self.closing = Some(Closing::Dropped);
-        self.backlog = VecDeque::new();
-        self.stalled = None;
+        self.outbox.clear();
     }
 
     /// Notes why the session ends, unless an earlier cause already did.
