@@ -26,7 +26,8 @@
 //! once; a refusal sends `game.refused` and then the true state. A move the service turns
 //! down before any verdict (`rate_limited`, `not_started`, `forbidden`, …) is answered the
 //! same way, so a chat box that drew the move early takes it back; `error` is kept for
-//! messages that are malformed or out of place (no seat, no `hello`).
+//! messages that are malformed or out of place (no seat, no `hello`). How is in
+//! `ordering`.
 //!
 //! When the server shuts down, a session reads no more, answers the command it is running
 //! (its move is judged: the hub's engine stops only after the server), drops those not
@@ -51,18 +52,19 @@ use actix_ws::{
 };
 use bytestring::ByteString;
 use futures_util::future::BoxFuture;
-use games::Seat;
 use tokio::sync::watch;
 
 use crate::cap::Admitted;
 use crate::endpoint::{Heartbeat, Relay};
-use crate::rooms::{Cause, Delivery, Subscription};
+use crate::rooms::{Delivery, Subscription};
 use crate::service::{Ended, Failure, Outcome, SeatRef};
 use crate::wire::client_in::{ClientIn, Ref};
 use crate::wire::client_out::{self, StateFrame};
 
+mod ordering;
 mod outbox;
 
+use ordering::Watch;
 use outbox::Outbox;
 
 /// The largest frame a client may send, in bytes (DESIGN.md section 5: 4 KiB).
@@ -87,27 +89,8 @@ enum Role {
     Seated(SeatRef),
 }
 
-/// The game a socket watches, and the newest state it has shown of it.
-struct Watch {
-    sub: Subscription,
-    viewer: Option<Seat>,
-    latest: Option<StateFrame>,
-    /// Publications held back during this seat's move, oldest first: from the first of its
-    /// own events (whose state the move's answer sends, with the mover's ref) on, so that
-    /// every state goes out in the order of its seq. A custodial move makes several events
-    /// at once (a commit, then the reveals), and on a node that does not own the game
-    /// their publications come before the answer.
-    held: Vec<StateFrame>,
-    /// The seq shown when holding began.
-    held_after: Option<u64>,
-}
-
 /// The `detail` of the `error` a socket gets when the game it watches is cancelled.
 pub const CANCELLED: &str = "the game was cancelled before anyone joined";
-
-/// Held publications past which the oldest is sent anyway: a move's events and the
-/// opponent's answers to them are a handful.
-const HELD_MAX: usize = 16;
 
 /// The result of a command's call into the service.
 enum Reply {
@@ -570,227 +553,6 @@ impl Session {
                 truth,
             } => self.on_played(reference, result, truth),
         }
-    }
-
-    fn on_played(
-        &mut self,
-        reference: Option<Ref>,
-        result: Result<Outcome, Failure>,
-        truth: Option<Result<StateFrame, Failure>>,
-    ) {
-        match result {
-            Ok(Outcome::Accepted(state)) | Ok(Outcome::Held(state)) => {
-                self.release(state, reference.as_ref());
-            }
-            Ok(Outcome::Rejected {
-                error,
-                detail,
-                state,
-            }) => {
-                self.send(client_out::refused(
-                    reference.as_ref(),
-                    &error,
-                    detail.as_deref(),
-                    None,
-                ));
-                let released = self.release_held();
-                self.show_truth(Ok(state), released);
-            }
-            Ok(Outcome::Pending) => {
-                // No verdict yet: the room will publish it. Release what was held back.
-                self.release_held();
-            }
-            Err(failure) => {
-                self.send(client_out::refused(
-                    reference.as_ref(),
-                    &failure.error,
-                    failure.detail.as_deref(),
-                    failure.retry_after,
-                ));
-                let released = self.release_held();
-                match truth {
-                    Some(state) => self.show_truth(state, released),
-                    None if !released => self.resend_latest(None),
-                    None => {}
-                }
-            }
-        }
-    }
-
-    /// Shows a state read from the service: the newest of it and what was already shown.
-    fn show(&mut self, state: Result<StateFrame, Failure>, reference: Option<&Ref>) {
-        match state {
-            Ok(state) => {
-                if let Some(watch) = &mut self.watch {
-                    watch.adopt(state);
-                    self.resend_latest(reference);
-                } else {
-                    self.send(state.to_frame(reference));
-                }
-            }
-            Err(failure) => self.send(client_out::error(
-                &failure.error,
-                failure.detail.as_deref(),
-                false,
-            )),
-        }
-    }
-
-    /// After a refusal, the true state, unless the publications just released
-    /// (`released`) ended with it or a newer one: a socket that lost its seq to another
-    /// socket of its seat got the winner's state, held back during its move, and then the
-    /// same state again.
-    fn show_truth(&mut self, state: Result<StateFrame, Failure>, released: bool) {
-        if let (true, Ok(truth), Some(watch)) = (released, &state, &self.watch) {
-            if watch
-                .latest
-                .as_ref()
-                .is_some_and(|l| l.seq() >= truth.seq())
-            {
-                return;
-            }
-        }
-        self.show(state, None);
-    }
-
-    fn resend_latest(&mut self, reference: Option<&Ref>) {
-        let frame = self
-            .watch
-            .as_ref()
-            .and_then(|w| w.latest.as_ref())
-            .map(|s| s.to_frame(reference));
-        if let Some(frame) = frame {
-            self.send(frame);
-        }
-    }
-
-    fn on_delivery(&mut self, delivery: &Delivery) {
-        if delivery.cause == Cause::Cancelled {
-            return self.on_cancelled();
-        }
-        let playing = self.playing;
-        let Some(watch) = &mut self.watch else {
-            return;
-        };
-        // No frame for this viewer: it subscribed after the publisher looked, and the
-        // state it reads on joining is at least as new.
-        let Some(state) = delivery.views.for_seat(watch.viewer) else {
-            return;
-        };
-        // A publication follows an accepted event, so in a started game its seq is new
-        // unless this socket has shown that state already (the reply to its own move, or
-        // the state read on joining, came first): then it would be a duplicate. Before the
-        // start there is no seq to go by, and a publication (a rebuilt actor telling its
-        // room where the game stands) can be the very state read on joining: a duplicate
-        // too, by its bytes.
-        let shown = watch.latest.as_ref().is_some_and(|l| match state.seq() {
-            Some(_) => l.seq() == state.seq(),
-            None => l.seq().is_none() && l.frame() == state.frame(),
-        });
-        let before = watch.latest.as_ref().and_then(StateFrame::seq);
-        if shown || !watch.adopt(state.clone()) {
-            return;
-        }
-        let own =
-            delivery.cause == Cause::Accepted { seat: watch.viewer } && watch.viewer.is_some();
-        if playing && (own || !watch.held.is_empty()) {
-            // The answer to this socket's move sends its own state, with the mover's ref;
-            // what came after it waits, so as not to overtake it.
-            if watch.held.is_empty() {
-                watch.held_after = before;
-            }
-            watch.held.push(state.clone());
-            if watch.held.len() > HELD_MAX {
-                let oldest = watch.held.remove(0);
-                self.send(oldest.frame());
-            }
-            return;
-        }
-        let frame = state.frame();
-        self.send(frame);
-    }
-
-    /// The game this socket watches was cancelled (by its host, or by the hub once its
-    /// code had been dead a day): there is no state left to show, so the socket is told
-    /// with an `error` (not closing it: it may say `hello` with another token, or watch
-    /// another game), and stops watching. A seat of that game no longer opens anything:
-    /// the socket is as before its first `hello`.
-    fn on_cancelled(&mut self) {
-        let Some(watch) = self.watch.take() else {
-            return;
-        };
-        if watch.viewer.is_some() {
-            self.role = Role::Unknown;
-        }
-        self.send(client_out::error("not_found", Some(CANCELLED), false));
-    }
-
-    /// Sends the answer to this socket's move and whatever was held back meanwhile, in the
-    /// order of their seq, the answer's state carrying the mover's ref. An answer no newer
-    /// than what was shown before the hold puts its ref on the newest state instead.
-    fn release(&mut self, answer: StateFrame, reference: Option<&Ref>) {
-        let Some(watch) = &mut self.watch else {
-            return self.send(answer.to_frame(reference));
-        };
-        let held = std::mem::take(&mut watch.held);
-        if held.is_empty() {
-            return self.show(Ok(answer), reference);
-        }
-        let fresh = answer.seq() > watch.held_after;
-        watch.adopt(answer.clone());
-        let mut answer = fresh.then_some(answer);
-        let last = held.len() - 1;
-        for (i, frame) in held.into_iter().enumerate() {
-            if let Some(a) = answer.take_if(|a| a.seq() <= frame.seq()) {
-                if a.seq() == frame.seq() {
-                    self.send(frame.to_frame(reference));
-                    continue;
-                }
-                self.send(a.to_frame(reference));
-            }
-            // Not fresh: the ref goes on the newest state.
-            let carries = i == last && !fresh;
-            self.send(frame.to_frame(reference.filter(|_| carries)));
-        }
-        if let Some(a) = answer {
-            self.send(a.to_frame(reference));
-        }
-    }
-
-    /// Sends what was held back during a move that got no state of its own to answer with;
-    /// true when there was any.
-    fn release_held(&mut self) -> bool {
-        let held = self
-            .watch
-            .as_mut()
-            .map(|w| std::mem::take(&mut w.held))
-            .unwrap_or_default();
-        let released = !held.is_empty();
-        for frame in held {
-            self.send(frame.frame());
-        }
-        released
-    }
-}
-
-impl Watch {
-    fn new(sub: Subscription, viewer: Option<Seat>) -> Watch {
-        Watch {
-            sub,
-            viewer,
-            latest: None,
-            held: Vec::new(),
-            held_after: None,
-        }
-    }
-
-    /// Keeps `state` as the newest shown unless an older one; true when kept.
-    fn adopt(&mut self, state: StateFrame) -> bool {
-        let newer = self.latest.as_ref().is_none_or(|l| state.seq() >= l.seq());
-        if newer {
-            self.latest = Some(state);
-        }
-        newer
     }
 }
 
