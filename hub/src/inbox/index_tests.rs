@@ -2,6 +2,9 @@
 //! file and read back (and its failures), pages in inbox order, and a model test against
 //! plain lists.
 
+use std::fs::File;
+
+use super::spill::CHUNK;
 use super::*;
 
 fn frame(n: u64) -> FramePos {

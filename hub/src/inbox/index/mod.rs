@@ -11,7 +11,7 @@
 //!
 //! Every event and game the store ever held is indexed, so old ones would be most of what
 //! a finished game leaves in memory. With a [`Spill`], the slot, link and game lists keep
-//! only their newest [`HOT`] chunks in memory: older chunks, which are rarely read and
+//! only their newest [`HOT`](spill::HOT) chunks in memory: older chunks, which are rarely read and
 //! almost never changed, are written to an unlinked file in the data directory and read
 //! back with one `pread` per record, or per run of records for a listing (an old game
 //! keeps its place and its id's hash in memory, in the table that finds it by id, so
@@ -27,18 +27,19 @@
 //! events are durable.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::hash::BuildHasher;
 use std::io;
-use std::ops::Range;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use games::{crypto, Reason};
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::log::FramePos;
 use super::{Capture, GameEntry, StoreError, StoredVerdict};
+
+mod spill;
+
+pub use spill::Spill;
+use spill::{word, Chunked, Record, MAX_RECORD};
 
 /// Why the index cannot take an event or answer a question.
 #[derive(Debug, thiserror::Error)]
@@ -165,243 +166,19 @@ impl Record for Stored {
     }
 }
 
-/// A fixed-size array from a slice of its length.
-fn word<const N: usize>(bytes: &[u8]) -> [u8; N] {
-    let mut out = [0u8; N];
-    out.copy_from_slice(bytes);
-    out
-}
-
-/// A list element that can be written to the spill file: `SIZE` bytes, at most
-/// [`MAX_RECORD`].
-trait Record: Clone {
-    const SIZE: usize;
-    fn put(&self, out: &mut Vec<u8>);
-    /// From exactly `SIZE` bytes written by [`Record::put`].
-    fn take(bytes: &[u8]) -> Self;
-    /// False when this element does not fit in `SIZE` bytes: its chunk, and every chunk
-    /// after it, then stays in memory.
-    fn spillable(&self) -> bool {
-        true
-    }
-}
-
-const MAX_RECORD: usize = 160;
+// The spill file reads a record into a buffer of `MAX_RECORD` bytes.
 const _: () =
     assert!(Stored::SIZE <= MAX_RECORD && Link::SIZE <= MAX_RECORD && GameRec::SIZE <= MAX_RECORD);
-
-/// Elements per chunk of a [`Chunked`] vector (small in tests, so that they cross many;
-/// a shard's slots smaller still, so that the two sizes differ).
-#[cfg(not(test))]
-const CHUNK: usize = 4096;
-#[cfg(test)]
-const CHUNK: usize = 64;
 
 /// Slots per chunk of a shard's list. A slot is 56 bytes and changes only when its verdict
 /// comes, within milliseconds, so a shard's hot chunks are kept at 56 KiB each rather
 /// than 224: eight shards' two hot chunks each were 3.5 MiB of a hub's memory whatever
-/// its load. An inbox's list of links keeps [`CHUNK`]: a link changes when its game's next
+/// its load. An inbox's list of links keeps [`CHUNK`](spill::CHUNK): a link changes when its game's next
 /// event comes, which can be seconds later.
 #[cfg(not(test))]
 const SLOT_CHUNK: usize = 1024;
 #[cfg(test)]
 const SLOT_CHUNK: usize = 16;
-
-/// Chunks of a spilling list kept in memory: the newest, which is being filled, and the one
-/// before, where the last events of the games in progress mostly lie (each new event of a
-/// game updates its previous one's link).
-const HOT: usize = 2;
-
-/// Where old chunks of the index go (see the module documentation).
-pub struct Spill {
-    file: File,
-    end: u64,
-    /// Set after a failed write: from then on every chunk stays in memory.
-    failed: bool,
-}
-
-impl Spill {
-    /// A fresh spill file in `dir`, unlinked at once: it goes when the store closes.
-    pub fn create(dir: &Path) -> io::Result<Spill> {
-        let file = super::log::unlinked(dir, "index.cache")?;
-        Ok(Spill {
-            file,
-            end: 0,
-            failed: false,
-        })
-    }
-
-    /// Writes `bytes` at the end of the file; where they lie.
-    fn append(&mut self, bytes: &[u8]) -> io::Result<u64> {
-        if self.failed {
-            return Err(io::Error::other("the spill file failed before"));
-        }
-        let at = self.end;
-        if let Err(e) = self.file.write_all_at(bytes, at) {
-            self.failed = true;
-            tracing::warn!(error = %e, "cannot write the index's spill file: old events stay in memory");
-            return Err(e);
-        }
-        self.end += bytes.len() as u64;
-        Ok(at)
-    }
-
-    fn read<T: Record>(&self, at: u64) -> io::Result<T> {
-        let mut buf = [0u8; MAX_RECORD];
-        let buf = &mut buf[..T::SIZE];
-        self.file.read_exact_at(buf, at)?;
-        Ok(T::take(buf))
-    }
-
-    /// `n` records written one after another from `at`, with one read.
-    fn read_run<T: Record>(&self, at: u64, n: usize, out: &mut Vec<T>) -> io::Result<()> {
-        let mut buf = vec![0u8; n * T::SIZE];
-        self.file.read_exact_at(&mut buf, at)?;
-        out.extend(buf.chunks_exact(T::SIZE).map(T::take));
-        Ok(())
-    }
-
-    fn write<T: Record>(&self, at: u64, value: &T) -> io::Result<()> {
-        let mut buf = Vec::with_capacity(T::SIZE);
-        value.put(&mut buf);
-        self.file.write_all_at(&buf, at)
-    }
-}
-
-/// A vector grown by fixed chunks once it is past one: a push never copies what is
-/// already there (the writer pushes under the index's lock, and doubling a vector of
-/// millions of slots would stall every reader and the next append behind a copy of
-/// hundreds of megabytes), and no doubling leaves up to half of it unused. The first
-/// chunk grows as a `Vec` does, so a small list costs what a small `Vec` costs.
-struct Chunked<T, const N: usize = CHUNK> {
-    chunks: Vec<Vec<T>>,
-    len: usize,
-    /// Where the first chunks lie in the [`Spill`] file, when they were written there
-    /// (their vectors are then empty).
-    spilled: Vec<u64>,
-}
-
-impl<T, const N: usize> Default for Chunked<T, N> {
-    fn default() -> Self {
-        Chunked {
-            chunks: Vec::new(),
-            len: 0,
-            spilled: Vec::new(),
-        }
-    }
-}
-
-impl<T, const N: usize> Chunked<T, N> {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn push(&mut self, value: T) {
-        match self.chunks.last_mut() {
-            Some(chunk) if chunk.len() < N => chunk.push(value),
-            _ => {
-                // The first chunk starts small; later ones are taken whole, at once.
-                let capacity = if self.chunks.is_empty() { 4 } else { N };
-                let mut chunk = Vec::with_capacity(capacity);
-                chunk.push(value);
-                self.chunks.push(chunk);
-            }
-        }
-        self.len += 1;
-    }
-
-    fn get(&self, i: usize) -> Option<&T> {
-        self.chunks.get(i / N)?.get(i % N)
-    }
-
-    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.chunks.get_mut(i / N)?.get_mut(i % N)
-    }
-}
-
-/// A list that may spill: read and changed by value, wherever the element lies.
-impl<T: Record, const N: usize> Chunked<T, N> {
-    /// Where element `i` lies in the spill file, if its chunk was written there.
-    fn spilled_at(&self, i: usize) -> Option<u64> {
-        let at = *self.spilled.get(i / N)?;
-        Some(at + ((i % N) * T::SIZE) as u64)
-    }
-
-    /// Element `i`, or `None` when there is none; an error when its chunk was spilled
-    /// and cannot be read back.
-    fn fetch(&self, i: usize, spill: Option<&Spill>) -> io::Result<Option<T>> {
-        match (self.spilled_at(i), spill) {
-            (Some(at), Some(spill)) if i < self.len => spill.read(at).map(Some),
-            (Some(_), _) => Ok(None),
-            (None, _) => Ok(self.get(i).cloned()),
-        }
-    }
-
-    /// Elements `range` (cut at the list's end), with one read per spilled chunk it
-    /// crosses rather than one per element.
-    fn fetch_run(&self, range: Range<usize>, spill: Option<&Spill>) -> io::Result<Vec<T>> {
-        let end = range.end.min(self.len);
-        let mut out = Vec::with_capacity(end.saturating_sub(range.start));
-        let mut i = range.start;
-        while i < end {
-            let (chunk, from) = (i / N, i % N);
-            let n = (N - from).min(end - i);
-            match (self.spilled.get(chunk), spill) {
-                (Some(&at), Some(spill)) => {
-                    spill.read_run(at + (from * T::SIZE) as u64, n, &mut out)?
-                }
-                (Some(_), None) => break,
-                (None, _) => match self.chunks.get(chunk).and_then(|c| c.get(from..from + n)) {
-                    Some(values) => out.extend_from_slice(values),
-                    None => break,
-                },
-            }
-            i += n;
-        }
-        Ok(out)
-    }
-
-    /// Changes element `i` in place; false when it does not exist. An error when its
-    /// chunk was spilled and cannot be read or rewritten: the element is then unchanged
-    /// or, if the write went partly through, unknown until the index is rebuilt.
-    fn update(
-        &mut self,
-        i: usize,
-        spill: Option<&Spill>,
-        change: impl FnOnce(&mut T),
-    ) -> io::Result<bool> {
-        match (self.spilled_at(i), spill) {
-            (Some(at), Some(spill)) if i < self.len => {
-                let mut value = spill.read::<T>(at)?;
-                change(&mut value);
-                spill.write(at, &value)?;
-                Ok(true)
-            }
-            (Some(_), _) => Ok(false),
-            (None, _) => Ok(self.get_mut(i).map(change).is_some()),
-        }
-    }
-
-    /// Pushes, then writes the oldest chunks kept in memory to `spill` while more than
-    /// [`HOT`] are.
-    fn push_spilling(&mut self, value: T, spill: Option<&mut Spill>) {
-        self.push(value);
-        let Some(spill) = spill else { return };
-        while self.chunks.len() - self.spilled.len() > HOT {
-            let c = self.spilled.len();
-            if !self.chunks[c].iter().all(Record::spillable) {
-                return;
-            }
-            let mut bytes = Vec::with_capacity(N * T::SIZE);
-            for value in &self.chunks[c] {
-                value.put(&mut bytes);
-            }
-            let Ok(at) = spill.append(&bytes) else { return };
-            self.spilled.push(at);
-            self.chunks[c] = Vec::new();
-        }
-    }
-}
 
 /// A capture in one word: the shard in the top 16 bits, the position below.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -979,5 +756,5 @@ impl EntryRef for HashMap<String, InboxIndex> {
 }
 
 #[cfg(test)]
-#[path = "index_tests.rs"]
+#[path = "../index_tests.rs"]
 mod tests;
