@@ -33,32 +33,29 @@
 //! missing.
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::ops::Bound;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastbloom::BloomFilter;
 use parking_lot::RwLock;
 
 use super::key::{Key, HASHED, HASHED_LEN};
-use super::{entry_bytes, Keys};
+use super::Keys;
 use crate::inbox::log::FramePos;
 use crate::inbox::StoreError;
+
+mod merge;
+mod run;
+
+use merge::{merge, next_merged};
+use run::{Cursor, Run, RunWriter, BLOCK, FLUSH};
 
 /// How many classes of cold keys there are: lasting keys, and codes.
 pub(super) const CLASSES: usize = 2;
 /// The prefixes of each class's keys.
 const FAMILIES: [&[&str]; CLASSES] = [&["game/", "seat/"], &["code/"]];
-/// About what one `pread` of a run reads.
-const BLOCK: usize = 4096;
-/// What a run's writer gathers before a `write`, and a compaction reads at once.
-const FLUSH: usize = 1 << 20;
-/// Bytes of a record besides its key's text: the text's length, and where the value lies.
-const RECORD: usize = 2 + 4 + 8 + 4;
 /// How long after a failed spill keys stay in memory before a spill is tried again.
 pub(super) const SPILL_RETRY: Duration = Duration::from_secs(10);
 /// A run of which this share is gone is written again without them.
@@ -68,16 +65,6 @@ const GARBAGE: u64 = 16;
 /// a busy hub; four at a time halves that, for up to three runs of each size where there
 /// was one, each a Bloom filter to ask (about 50 ns) before a block is read.
 const FAN_IN: usize = 4;
-/// How many merged keys a compaction checks against memory under one read lock, and how
-/// many gone entries it forgets under one write lock.
-const BATCH: usize = 4096;
-/// How many gone keys a compaction leaves out before it stops listing them, and finds them
-/// again by reading its old runs once more instead (see [`LeftOut`]).
-#[cfg(not(test))]
-const LEFT_OUT: usize = 65_536;
-#[cfg(test)]
-const LEFT_OUT: usize = 2;
-
 /// The class of a key that goes cold, if it is one (a record spells its key's length in
 /// two bytes).
 pub(super) fn class(key: &Key) -> Option<usize> {
@@ -121,163 +108,6 @@ struct Listed {
     run: Arc<Run>,
     /// How many keys were deleted whose newest copy is in this run.
     gone: u64,
-}
-
-/// A sorted run in a file of its own. It never changes; compaction makes new ones.
-pub(super) struct Run {
-    file: File,
-    blocks: Blocks,
-    bloom: BloomFilter,
-    keys: u64,
-    /// What its keys' entries take in the log: frames of keys and values.
-    bytes: u64,
-}
-
-/// Where a run's blocks lie (they follow each other from the file's start), with the first
-/// key of each spelled out in one buffer. A key of its own each would be as many small
-/// allocations that live as long as the run, scattered among the many short-lived ones of
-/// a compaction, which then could not give their memory back.
-#[derive(Default)]
-struct Blocks {
-    firsts: Vec<u8>,
-    /// Each block: where its first key's text ends in `firsts`, where the block lies, and
-    /// its length.
-    places: Vec<(usize, u64, u32)>,
-}
-
-impl Blocks {
-    fn len(&self) -> usize {
-        self.places.len()
-    }
-
-    fn first(&self, i: usize) -> &[u8] {
-        let start = i.checked_sub(1).map_or(0, |before| self.places[before].0);
-        &self.firsts[start..self.places[i].0]
-    }
-
-    /// Where block `i` lies, and its length.
-    fn place(&self, i: usize) -> (u64, usize) {
-        let (_, at, len) = self.places[i];
-        (at, len as usize)
-    }
-
-    fn push(&mut self, first: &[u8], at: u64) {
-        self.firsts.extend_from_slice(first);
-        self.places.push((self.firsts.len(), at, 0));
-    }
-
-    /// The block that would hold the key spelled `text`: the last whose first key is not
-    /// past it.
-    fn find(&self, text: &[u8]) -> Option<usize> {
-        let (mut low, mut high) = (0, self.len());
-        while low < high {
-            let middle = low + (high - low) / 2;
-            if self.first(middle) <= text {
-                low = middle + 1;
-            } else {
-                high = middle;
-            }
-        }
-        low.checked_sub(1)
-    }
-}
-
-impl Run {
-    fn read(&self, at: u64, len: usize) -> Result<Vec<u8>, StoreError> {
-        let mut bytes = vec![0u8; len];
-        self.file.read_exact_at(&mut bytes, at)?;
-        Ok(bytes)
-    }
-
-    /// Where this run puts `key`, if it holds it.
-    fn find(&self, key: &Key) -> Result<Option<FramePos>, StoreError> {
-        if !self.bloom.contains(key) {
-            return Ok(None);
-        }
-        let mut text = [0u8; HASHED_LEN];
-        let spelled = key.text(&mut text);
-        let Some((at, len)) = self.blocks.find(spelled).map(|i| self.blocks.place(i)) else {
-            return Ok(None);
-        };
-        let block = self.read(at, len)?;
-        let found = records(&block)?.into_iter().find(|(k, _)| *k == spelled);
-        Ok(found.map(|(_, at)| at))
-    }
-}
-
-/// Writes a run a record at a time, in key order.
-pub(super) struct RunWriter {
-    file: File,
-    buf: Vec<u8>,
-    /// Where `buf` goes in the file, and where its open block starts in it.
-    base: u64,
-    block: usize,
-    blocks: Blocks,
-    bloom: BloomFilter,
-    keys: u64,
-    bytes: u64,
-}
-
-impl RunWriter {
-    /// A writer of a run of about `expected` keys, in a fresh unlinked file in `dir`.
-    fn new(dir: &Path, expected: usize) -> Result<RunWriter, StoreError> {
-        Ok(RunWriter {
-            file: tempfile::tempfile_in(dir)?,
-            buf: Vec::with_capacity(FLUSH + BLOCK),
-            base: 0,
-            block: 0,
-            blocks: Blocks::default(),
-            bloom: BloomFilter::with_false_pos(0.001).expected_items(expected.max(1)),
-            keys: 0,
-            bytes: 0,
-        })
-    }
-
-    fn push(&mut self, key: &Key, at: FramePos) -> Result<(), StoreError> {
-        let mut text = [0u8; HASHED_LEN];
-        let spelled = key.text(&mut text);
-        let len = self.buf.len();
-        if self.blocks.len() == 0 || len - self.block + RECORD + spelled.len() > BLOCK {
-            if let Some(last) = self.blocks.places.last_mut() {
-                last.2 = (len - self.block) as u32;
-            }
-            if len >= FLUSH {
-                self.file.write_all_at(&self.buf, self.base)?;
-                self.base += len as u64;
-                self.buf.clear();
-            }
-            self.block = self.buf.len();
-            self.blocks.push(spelled, self.base + self.block as u64);
-        }
-        self.buf
-            .extend_from_slice(&(spelled.len() as u16).to_le_bytes());
-        self.buf.extend_from_slice(spelled);
-        self.buf.extend_from_slice(&at.segment.to_le_bytes());
-        self.buf.extend_from_slice(&at.offset.to_le_bytes());
-        self.buf.extend_from_slice(&at.len.to_le_bytes());
-        self.bloom.insert(key);
-        self.keys += 1;
-        self.bytes += entry_bytes(spelled.len(), at);
-        Ok(())
-    }
-
-    /// The run written; `None` when it holds no key.
-    fn finish(mut self) -> Result<Option<Run>, StoreError> {
-        if self.keys == 0 {
-            return Ok(None);
-        }
-        if let Some(last) = self.blocks.places.last_mut() {
-            last.2 = (self.buf.len() - self.block) as u32;
-        }
-        self.file.write_all_at(&self.buf, self.base)?;
-        Ok(Some(Run {
-            file: self.file,
-            blocks: self.blocks,
-            bloom: self.bloom,
-            keys: self.keys,
-            bytes: self.bytes,
-        }))
-    }
 }
 
 impl Cold {
@@ -577,16 +407,6 @@ pub(super) fn merge_replayed(keys: &RwLock<Keys>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Neighbouring runs of one class to be made into one.
-struct Job {
-    class: usize,
-    /// Where the first of them is listed.
-    first: usize,
-    runs: Vec<Arc<Run>>,
-    /// How many deletions had been counted against them as the job began.
-    gone: u64,
-}
-
 /// Does the next compaction worth doing (see [`Cold::plan`]); false when there was none,
 /// or when `stop` was set meanwhile. The runs are read and the new one written with no
 /// lock held; each batch of merged keys is checked against memory under a read lock (a key
@@ -603,317 +423,6 @@ pub(super) fn compact(keys: &RwLock<Keys>, stop: &AtomicBool) -> Result<bool, St
     }
 }
 
-/// Merges `count` neighbouring runs of `class` from its `first` into one, as [`compact`]
-/// describes; false when `stop` was set meanwhile.
-fn merge(
-    keys: &RwLock<Keys>,
-    stop: &AtomicBool,
-    (class, first, count): (usize, usize, usize),
-) -> Result<bool, StoreError> {
-    let (job, dir) = {
-        let keys = keys.read();
-        let Some(listed) = keys.cold.tiers[class].runs.get(first..first + count) else {
-            return Ok(false);
-        };
-        let job = Job {
-            class,
-            first,
-            runs: listed.iter().map(|listed| listed.run.clone()).collect(),
-            gone: listed.iter().map(|listed| listed.gone).sum(),
-        };
-        (job, keys.cold.dir.clone())
-    };
-    let expected: u64 = job.runs.iter().map(|run| run.keys).sum();
-    let mut writer = RunWriter::new(&dir, expected as usize)?;
-    let mut cursors: Vec<Cursor> = job
-        .runs
-        .iter()
-        .map(|run| Cursor::at(run, 0, FLUSH))
-        .collect();
-    // Gone keys left out, to be forgotten once the new run is listed.
-    let mut left_out = LeftOut::Few(Vec::new());
-    let mut batch = Vec::with_capacity(BATCH);
-    loop {
-        while batch.len() < BATCH {
-            match next_merged(&mut cursors)? {
-                Some(record) => batch.push(record),
-                None => break,
-            }
-        }
-        if batch.is_empty() {
-            break;
-        }
-        if stop.load(Ordering::Relaxed) {
-            return Ok(false);
-        }
-        let kept: Vec<(Key, FramePos)> = {
-            let keys = keys.read();
-            let gone = &keys.cold.tiers[job.class].gone;
-            batch
-                .drain(..)
-                .filter_map(|(key, at)| {
-                    if gone.contains(&key) {
-                        left_out.push(key);
-                        None
-                    } else if keys.map.contains_key(&key) {
-                        None
-                    } else {
-                        Some((key, at))
-                    }
-                })
-                .collect()
-        };
-        for (key, at) in &kept {
-            writer.push(key, *at)?;
-        }
-    }
-    let run = writer.finish()?;
-    let replaced: Vec<Listed> = {
-        let mut keys = keys.write();
-        let tier = &mut keys.cold.tiers[job.class];
-        let still_listed = job.runs.iter().enumerate().all(|(i, run)| {
-            tier.runs
-                .get(job.first + i)
-                .is_some_and(|listed| Arc::ptr_eq(&listed.run, run))
-        });
-        if !still_listed {
-            return Err(StoreError::Unavailable(
-                "the meta cache's runs changed under a compaction".into(),
-            ));
-        }
-        // Keys deleted meanwhile were counted against the old runs; the new one may hold
-        // them (counted once too many when their batch was checked after the deletion).
-        let range = job.first..job.first + job.runs.len();
-        let gone: u64 = tier.runs[range.clone()].iter().map(|l| l.gone).sum();
-        let new = run.map(|run| Listed {
-            run: Arc::new(run),
-            gone: gone - job.gone,
-        });
-        let replaced = tier.runs.splice(range, new).collect();
-        if tier.runs.is_empty() {
-            tier.gone.clear();
-        }
-        replaced
-    };
-    drop(replaced);
-    // The gone keys left out are forgotten where no run admits them any more, a batch at a
-    // time under short write locks: a purge may have left out millions, and the store's
-    // readers and writer must not wait for them all.
-    match left_out {
-        LeftOut::Few(list) => {
-            for chunk in list.chunks(BATCH) {
-                forget_unlisted(keys, job.class, chunk);
-            }
-        }
-        LeftOut::Many => {
-            for run in &job.runs {
-                let mut cursor = Cursor::at(run, 0, FLUSH);
-                let mut chunk = Vec::with_capacity(BATCH);
-                loop {
-                    while chunk.len() < BATCH {
-                        match cursor.pop()? {
-                            Some((key, _)) => chunk.push(key),
-                            None => break,
-                        }
-                    }
-                    if chunk.is_empty() {
-                        break;
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        // Closing: what is left costs memory until then, never an answer.
-                        return Ok(true);
-                    }
-                    forget_unlisted(keys, job.class, &chunk);
-                    chunk.clear();
-                }
-            }
-        }
-    }
-    // The old runs' files close here, outside the lock, as their last references go.
-    drop(job);
-    Ok(true)
-}
-
-/// The gone keys a compaction left out: listed while they are few, else only known to be
-/// among its old runs' keys, which are read once more to find them. A purge's compaction
-/// may leave out millions, and a list of them would be tens of megabytes at once.
-enum LeftOut {
-    Few(Vec<Key>),
-    Many,
-}
-
-impl LeftOut {
-    fn push(&mut self, key: Key) {
-        if let LeftOut::Few(list) = self {
-            if list.len() < LEFT_OUT {
-                list.push(key);
-            } else {
-                *self = LeftOut::Many;
-            }
-        }
-    }
-}
-
-/// Forgets those of `candidates` that are gone from `class` and that no run of it admits.
-/// They are picked under a read lock and checked again under the write lock: meanwhile a
-/// key may have been written again, spilled to a new run and deleted once more.
-fn forget_unlisted(keys: &RwLock<Keys>, class: usize, candidates: &[Key]) {
-    let unlisted = |tier: &Tier, key: &Key| {
-        tier.gone.contains(key) && !tier.runs.iter().any(|l| l.run.bloom.contains(key))
-    };
-    let picked: Vec<&Key> = {
-        let keys = keys.read();
-        let tier = &keys.cold.tiers[class];
-        if tier.gone.is_empty() {
-            return;
-        }
-        candidates
-            .iter()
-            .filter(|key| unlisted(tier, key))
-            .collect()
-    };
-    if picked.is_empty() {
-        return;
-    }
-    let mut keys = keys.write();
-    let tier = &mut keys.cold.tiers[class];
-    for key in picked {
-        if unlisted(tier, key) {
-            tier.gone.remove(key);
-        }
-    }
-}
-
-/// A run's records in order, read some blocks at a time.
-struct Cursor<'a> {
-    run: &'a Run,
-    /// The next block to read.
-    block: usize,
-    /// About how many bytes of blocks to read at once.
-    chunk: usize,
-    read: std::vec::IntoIter<(Key, FramePos)>,
-    head: Option<(Key, FramePos)>,
-}
-
-impl<'a> Cursor<'a> {
-    /// A cursor at block `block` of `run`, reading about `chunk` bytes at once.
-    fn at(run: &'a Run, block: usize, chunk: usize) -> Cursor<'a> {
-        Cursor {
-            run,
-            block,
-            chunk,
-            read: Vec::new().into_iter(),
-            head: None,
-        }
-    }
-
-    /// The record at the cursor, reading on when it has none.
-    fn peek(&mut self) -> Result<Option<&(Key, FramePos)>, StoreError> {
-        if self.head.is_none() {
-            self.head = match self.read.next() {
-                Some(record) => Some(record),
-                None => self.refill()?,
-            };
-        }
-        Ok(self.head.as_ref())
-    }
-
-    /// The record at the cursor, moving past it.
-    fn pop(&mut self) -> Result<Option<(Key, FramePos)>, StoreError> {
-        self.peek()?;
-        Ok(self.head.take())
-    }
-
-    fn refill(&mut self) -> Result<Option<(Key, FramePos)>, StoreError> {
-        let blocks = &self.run.blocks;
-        if self.block == blocks.len() {
-            return Ok(None);
-        }
-        let (at, _) = blocks.place(self.block);
-        let mut end = self.block;
-        let mut len = 0usize;
-        while end < blocks.len() {
-            let (_, size) = blocks.place(end);
-            if len > 0 && len + size > self.chunk {
-                break;
-            }
-            len += size;
-            end += 1;
-        }
-        let bytes = self.run.read(at, len)?;
-        let mut read = Vec::new();
-        let mut offset = 0;
-        for i in self.block..end {
-            let (_, size) = blocks.place(i);
-            let block = bytes.get(offset..offset + size).ok_or_else(damaged)?;
-            for (text, pos) in records(block)? {
-                let text = std::str::from_utf8(text).map_err(|_| damaged())?;
-                read.push((Key::of(text), pos));
-            }
-            offset += size;
-        }
-        self.block = end;
-        self.read = read.into_iter();
-        Ok(self.read.next())
-    }
-}
-
-/// The least key at the cursors' heads, with the place the newest run gives it; every
-/// cursor holding it moves past it.
-fn next_merged(cursors: &mut [Cursor]) -> Result<Option<(Key, FramePos)>, StoreError> {
-    let mut least: Option<(usize, Key)> = None;
-    for (i, cursor) in cursors.iter_mut().enumerate() {
-        if let Some((key, _)) = cursor.peek()? {
-            // Later cursors are newer runs: on a tie, theirs wins.
-            if least.as_ref().is_none_or(|(_, least)| key <= least) {
-                least = Some((i, key.clone()));
-            }
-        }
-    }
-    let Some((newest, key)) = least else {
-        return Ok(None);
-    };
-    let mut place = None;
-    for (i, cursor) in cursors.iter_mut().enumerate() {
-        if cursor.head.as_ref().is_some_and(|(k, _)| *k == key) {
-            let (_, at) = cursor.head.take().expect("a head");
-            if i == newest {
-                place = Some(at);
-            }
-        }
-    }
-    Ok(place.map(|at| (key, at)))
-}
-
-fn damaged() -> StoreError {
-    StoreError::Corrupt("a meta cache block cannot be read".into())
-}
-
-/// The records of one block: each key's text, and where its value lies.
-fn records(block: &[u8]) -> Result<Vec<(&[u8], FramePos)>, StoreError> {
-    let mut out = Vec::with_capacity(64);
-    let mut rest = block;
-    while !rest.is_empty() {
-        let (len, tail) = rest.split_first_chunk::<2>().ok_or_else(damaged)?;
-        let len = usize::from(u16::from_le_bytes(*len));
-        let text = tail.get(..len).ok_or_else(damaged)?;
-        let tail = &tail[len..];
-        let (segment, tail) = tail.split_first_chunk::<4>().ok_or_else(damaged)?;
-        let (offset, tail) = tail.split_first_chunk::<8>().ok_or_else(damaged)?;
-        let (size, tail) = tail.split_first_chunk::<4>().ok_or_else(damaged)?;
-        out.push((
-            text,
-            FramePos {
-                segment: u32::from_le_bytes(*segment),
-                offset: u64::from_le_bytes(*offset),
-                len: u32::from_le_bytes(*size),
-            },
-        ));
-        rest = tail;
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
-#[path = "cold_tests.rs"]
+#[path = "../cold_tests.rs"]
 mod tests;
