@@ -49,13 +49,21 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use games::{Reason, Seat};
+use games::Seat;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 use tokio::sync::watch;
 
 use super::{Capture, GameEntry, Inbox, Listed, Page, Record, StoreError, StoredVerdict};
 use crate::clock::now_ms;
+
+mod codec;
+pub mod keys;
+mod scripts;
+
+pub use codec::decode_verdict;
+use codec::{encode_verdict, record, Entry};
+use scripts::{APPEND, PUT_VERDICT};
 
 /// How long one command may take before the store counts as unreachable.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -73,63 +81,11 @@ struct Own {
     raw: Bytes,
 }
 
-const APPEND: &str = r"
-local pos = redis.call('INCR', KEYS[1])
-redis.call('XADD', KEYS[2], '0-' .. pos, 'i', ARGV[1], 'g', ARGV[2], 's', ARGV[3], 'r', ARGV[4], 't', ARGV[5])
-local n = redis.call('RPUSH', KEYS[3], pos)
-redis.call('RPUSH', KEYS[4], ARGV[6] .. ':' .. pos)
-if n == 1 then redis.call('RPUSH', KEYS[5], ARGV[2]) end
-return pos
-";
-
-const PUT_VERDICT: &str = r"
-if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'c', ARGV[2], 'v', ARGV[3], 'l', ARGV[1])
-return 1
-";
-
 /// The lease value to fence a shard's verdicts with, if the caller is a cluster node.
 pub trait Fence: Send + Sync {
     /// The value this node last held in `ph:lease:{shard}` (Redis checks it is still
     /// there), or `None` when it does not hold the shard.
     fn lease_value(&self, shard: u32) -> Option<String>;
-}
-
-/// Redis key names, all under `ph:` so a Redis can be shared with other applications.
-pub mod keys {
-    pub const SHARDS: &str = "ph:shards";
-    pub fn stream(shard: u32) -> String {
-        format!("ph:s:{shard}")
-    }
-    pub fn seq(shard: u32) -> String {
-        format!("ph:seq:{shard}")
-    }
-    pub fn verdicts(shard: u32) -> String {
-        format!("ph:v:{shard}")
-    }
-    pub fn verdict_stream(shard: u32) -> String {
-        format!("ph:vs:{shard}")
-    }
-    pub fn lease(shard: u32) -> String {
-        format!("ph:lease:{shard}")
-    }
-    pub fn fence(shard: u32) -> String {
-        format!("ph:fence:{shard}")
-    }
-    pub fn intents(shard: u32) -> String {
-        format!("ph:x:{shard}")
-    }
-    /// The game's index; the inbox's length keeps `a|b` + `c` apart from `a` + `b|c`.
-    pub fn game(inbox: &str, game: &str) -> String {
-        format!("ph:g:{}:{inbox}|{game}", inbox.len())
-    }
-    pub fn inbox(inbox: &str) -> String {
-        format!("ph:i:{inbox}")
-    }
-    pub fn game_list(inbox: &str) -> String {
-        format!("ph:gl:{inbox}")
-    }
 }
 
 /// The Redis inbox. Cheap to share behind an `Arc`.
@@ -382,74 +338,6 @@ impl RedisInbox {
                 Ok((record(c.shard, entry)?, v))
             })
             .collect()
-    }
-}
-
-/// One stream entry as `XRANGE` returns it: id and flat field/value list.
-type Entry = (String, Vec<Vec<u8>>);
-
-fn record(shard: u32, (id, fields): Entry) -> Result<Record, StoreError> {
-    let bad = || StoreError::Corrupt(format!("stream entry {id} of shard {shard}"));
-    let pos = id
-        .strip_prefix("0-")
-        .and_then(|p| p.parse::<u64>().ok())
-        .ok_or_else(bad)?;
-    let (mut inbox, mut game, mut seat, mut raw, mut at_ms) = (None, None, None, None, 0);
-    for pair in fields.chunks(2) {
-        let [name, value] = pair else {
-            return Err(bad());
-        };
-        let text = || String::from_utf8(value.clone()).map_err(|_| bad());
-        match name.as_slice() {
-            b"i" => inbox = Some(text()?),
-            b"g" => game = Some(text()?),
-            // Empty for an anonymous poster; anything else names a seat.
-            b"s" => {
-                let text = text()?;
-                seat = Some(if text.is_empty() {
-                    None
-                } else {
-                    Some(Seat::parse(&text).ok_or_else(bad)?)
-                });
-            }
-            b"r" => raw = Some(Bytes::copy_from_slice(value)),
-            b"t" => at_ms = text()?.parse().map_err(|_| bad())?,
-            _ => {}
-        }
-    }
-    Ok(Record {
-        capture: Capture { shard, pos },
-        inbox: inbox.ok_or_else(bad)?,
-        game: game.ok_or_else(bad)?,
-        seat: seat.flatten(),
-        raw: raw.ok_or_else(bad)?,
-        at_ms,
-    })
-}
-
-fn encode_verdict(v: &StoredVerdict) -> String {
-    let value = match v {
-        StoredVerdict::Accepted { hash } => serde_json::json!({"v": "a", "h": hash}),
-        StoredVerdict::Rejected { reason, detail } => {
-            serde_json::json!({"v": "r", "r": reason.code(), "d": detail})
-        }
-        StoredVerdict::Skipped => serde_json::json!({"v": "s"}),
-    };
-    value.to_string()
-}
-
-pub fn decode_verdict(text: &str) -> Option<StoredVerdict> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
-    match v.get("v")?.as_str()? {
-        "a" => Some(StoredVerdict::Accepted {
-            hash: v.get("h")?.as_str()?.to_string(),
-        }),
-        "r" => Some(StoredVerdict::Rejected {
-            reason: Reason::from_code(v.get("r")?.as_str()?)?,
-            detail: v.get("d").and_then(|d| d.as_str()).map(str::to_string),
-        }),
-        "s" => Some(StoredVerdict::Skipped),
-        _ => None,
     }
 }
 
@@ -855,58 +743,5 @@ impl Inbox for RedisInbox {
 
     fn ready(&self) -> bool {
         self.up.load(Ordering::Acquire) && self.went_back.borrow().is_none()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn verdicts_round_trip() {
-        for v in [
-            StoredVerdict::Accepted {
-                hash: "ab".repeat(32),
-            },
-            StoredVerdict::Rejected {
-                reason: Reason::StaleSeq,
-                detail: None,
-            },
-            StoredVerdict::Rejected {
-                reason: Reason::IllegalMove,
-                detail: Some("occupied".into()),
-            },
-            StoredVerdict::Skipped,
-        ] {
-            assert_eq!(decode_verdict(&encode_verdict(&v)), Some(v));
-        }
-        assert_eq!(decode_verdict("{\"v\":\"x\"}"), None);
-    }
-
-    #[test]
-    fn game_keys_keep_inbox_and_game_apart() {
-        assert_ne!(keys::game("a|b", "c"), keys::game("a", "b|c"));
-    }
-
-    #[test]
-    fn entries_read_back_as_records() {
-        let fields = vec![
-            b"i".to_vec(),
-            b"box".to_vec(),
-            b"g".to_vec(),
-            b"g1".to_vec(),
-            b"s".to_vec(),
-            b"O".to_vec(),
-            b"r".to_vec(),
-            b"{}".to_vec(),
-            b"t".to_vec(),
-            b"12".to_vec(),
-        ];
-        let r = record(3, ("0-7".into(), fields)).expect("a whole entry");
-        assert_eq!(r.capture, Capture { shard: 3, pos: 7 });
-        assert_eq!((r.inbox.as_str(), r.game.as_str()), ("box", "g1"));
-        assert_eq!(r.seat, Some(Seat::O));
-        assert_eq!(r.at_ms, 12);
-        assert!(record(3, ("5-1".into(), Vec::new())).is_err());
     }
 }
