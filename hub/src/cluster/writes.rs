@@ -121,6 +121,11 @@ fn decode(reply: &str) -> Result<Forwarded, HubError> {
         "not_found" => HubError::NotFound(detail.unwrap_or_default()),
         "forbidden" => HubError::Forbidden(detail.unwrap_or_default()),
         other => match Reason::from_code(other) {
+            // A section-1 refusal of the event the owner drafted (too large, too deep).
+            Some(reason) if reason.is_input() => HubError::Input(Refusal {
+                reason,
+                detail: detail.clone(),
+            }),
             Some(reason) => HubError::Refused(Refusal {
                 reason,
                 detail: detail.clone(),

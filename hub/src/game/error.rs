@@ -77,6 +77,7 @@ impl HubError {
             | HubError::TooManyGames(_)
             | HubError::TooManyCaptures(_) => 409,
             HubError::CodeUsed | HubError::CodeExpired => 410,
+            HubError::Input(r) if r.reason == games::Reason::TooLarge => 413,
             HubError::Input(_) | HubError::BadRequest(_) => 400,
             HubError::Refused(_) => 422,
             HubError::Unavailable(_) | HubError::Store(_) => 503,

@@ -12,6 +12,11 @@
 //! the actor lives: deriving one (HKDF, then the Ed25519 public point) cost more than the
 //! signature it is for, on every hub-held move.
 //!
+//! The hub writes nothing that a reader would refuse before any game logic (DESIGN.md
+//! section 1): a seat's move fits the limits of the message it came in, but the event the
+//! hub wraps it in is larger by its envelope (ids, the previous hash, the signature) and
+//! one level deeper, so [`check_move`] and [`check_size`] refuse it first.
+//!
 //! What it deliberately does not do: decide *whether* the hub may write for a seat (the
 //! facade and the actor check that against the registration), or keep keys anywhere but
 //! on the game's desk (they are dropped, and wiped, with it and its actor).
@@ -19,8 +24,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use games::reason::Refusal;
 use games::verify::Prepared;
-use games::{crypto, Action, Event, Seat};
+use games::{crypto, Action, Event, Reason, Seat};
 use serde_json::{Map, Value};
 
 use super::seats::Registration;
@@ -163,9 +169,50 @@ pub fn next_event(game: &str, seq: u64, head: &str, seat: Seat, mv: Option<Value
     }
 }
 
+/// Refuses a move the event around it would nest deeper than every reader accepts (the
+/// event object is level 1, its move level 2): `bad_json`, as the event would be.
+pub fn check_move(mv: &Value) -> Result<(), Refusal> {
+    if 1 + depth(mv) > games::json::MAX_DEPTH {
+        return Err(Refusal::with(
+            Reason::BadJson,
+            format!(
+                "the move nests deeper than an event may: at most {} levels",
+                games::json::MAX_DEPTH - 1
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a drafted event over the size every reader accepts: `too_large`, as it would be.
+pub fn check_size(raw: &[u8]) -> Result<(), Refusal> {
+    if raw.len() > games::json::MAX_BYTES {
+        return Err(Refusal::with(
+            Reason::TooLarge,
+            format!(
+                "the event this move makes would be {} bytes, over {}",
+                raw.len(),
+                games::json::MAX_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How deep `v` nests: 0 for a scalar, 1 for an object or array of scalars.
+fn depth(v: &Value) -> usize {
+    let inner = match v {
+        Value::Array(items) => items.iter().map(depth).max(),
+        Value::Object(map) => map.values().map(depth).max(),
+        _ => return 0,
+    };
+    1 + inner.unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_signed_draft_verifies_under_the_derived_key() {
@@ -193,5 +240,36 @@ mod tests {
         let draft = finish(b"0123456789abcdef", "lobby", ev, false);
         assert_eq!(draft.event.sig, None);
         assert_eq!(draft.event.action, Action::Resign);
+    }
+
+    #[test]
+    fn a_move_is_refused_where_its_event_would_be() {
+        let mut mv = json!(1);
+        for _ in 0..31 {
+            mv = json!({ "a": mv });
+        }
+        assert_eq!(check_move(&mv), Ok(()));
+        let deeper = json!({ "a": mv });
+        let refused = check_move(&deeper).expect_err("33 levels with its event");
+        assert_eq!(refused.reason, Reason::BadJson);
+        // What every reader does with the event it would make.
+        let ev = next_event("g1", 0, &"0".repeat(64), Seat::X, Some(deeper));
+        let raw = finish(b"0123456789abcdef-hub-secret", "lobby", ev, true).raw;
+        assert_eq!(
+            Event::parse(&raw).map(|_| ()).map_err(|r| r.reason),
+            Err(Reason::BadJson)
+        );
+
+        let long = json!({ "a": "x".repeat(4080) });
+        let ev = next_event("g1", 0, &"0".repeat(64), Seat::X, Some(long));
+        let raw = finish(b"0123456789abcdef-hub-secret", "lobby", ev, true).raw;
+        assert_eq!(
+            check_size(&raw).map_err(|r| r.reason),
+            Err(Reason::TooLarge)
+        );
+        assert_eq!(
+            Event::parse(&raw).map(|_| ()).map_err(|r| r.reason),
+            Err(Reason::TooLarge)
+        );
     }
 }

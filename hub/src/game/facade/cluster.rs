@@ -323,6 +323,7 @@ impl Hub {
             .engine
             .ask(inbox, game, DraftMove { seat, mv })
             .await??;
+        crate::game::writer::check_size(&draft.raw).map_err(HubError::Input)?;
         self.append_for(inbox, game, seat, draft).await
     }
 

@@ -263,6 +263,9 @@ impl Hub {
 
     /// Writes a move (or a resign, `None`) for a hub-held seat.
     async fn write_for(&self, auth: &SeatAuth, mv: Option<Value>) -> Result<Posted, HubError> {
+        if let Some(mv) = &mv {
+            writer::check_move(mv).map_err(HubError::Input)?;
+        }
         self.check_capture_cap(&auth.inbox, &auth.game, mv.is_none())
             .await?;
         if let Some(posted) = self.forward_write(auth, mv.as_ref()).await? {
@@ -283,6 +286,7 @@ impl Hub {
                 self.engine.ask(&auth.inbox, &auth.game, msg).await??
             }
         };
+        writer::check_size(&draft.raw).map_err(HubError::Input)?;
         self.append_draft(auth, draft).await
     }
 

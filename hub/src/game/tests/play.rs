@@ -773,3 +773,38 @@ async fn a_resign_racing_its_own_seats_move_is_not_lost() {
         }
     }
 }
+
+/// A hub-held seat's move that fits its own message but would make an event every reader
+/// refuses before any game logic (over 4096 bytes with the hub's envelope, or nested a
+/// level too deep) is refused as that event would be, and nothing reaches the inbox.
+#[actix_rt::test]
+async fn a_move_whose_event_every_reader_would_refuse_is_not_written() {
+    let f = open(config()).await;
+    let (x, _o) = seated(&f, "pipehub:tic-tac-toe", true).await;
+    let before = f.inbox.count(INBOX, &x.game).await.expect("count");
+    let long = f
+        .hub
+        .post_move(&x, json!({"move": {"a": "x".repeat(4070)}}))
+        .await
+        .expect_err("too large with its envelope");
+    assert_eq!((long.status(), long.code()), (413, "too_large"));
+    let mut deep = json!(1);
+    // As a socket's `game.move` may carry it: 32 levels, 33 inside its event.
+    for _ in 0..32 {
+        deep = json!({ "a": deep });
+    }
+    let deep = f
+        .hub
+        .post_move(&x, json!({ "move": deep }))
+        .await
+        .expect_err("too deep inside its event");
+    assert_eq!((deep.status(), deep.code()), (400, "bad_json"));
+    assert_eq!(f.inbox.count(INBOX, &x.game).await.expect("count"), before);
+    // A move of the right shape still plays.
+    let played = f
+        .hub
+        .post_move(&x, json!({"move": {"row": 1, "col": 1}}))
+        .await
+        .expect("played");
+    assert_eq!(played.verdict, Verdict::Accepted);
+}
