@@ -5,8 +5,8 @@
 //! value, to a maintained JCS implementation (tested below against RFC 8785's published
 //! examples); it is the definition. [`canonical_bytes`] writes the typed [`Event`]'s
 //! fields in their sorted order straight into a buffer, about ten times faster; a
-//! property test (`games/tests/canonical_props.rs`) proves it byte-for-byte equal to the
-//! reference on random events. The fast path only knows the JSON that section 1 lets in
+//! property test (`fast_canonical_equals_reference` in `games/tests/chain_props.rs`)
+//! proves it byte-for-byte equal to the reference on random events. The fast path only knows the JSON that section 1 lets in
 //! (integers, no floats); should a writer ever hand it a float it falls back to the
 //! reference rather than guess at ECMAScript number formatting.
 //!

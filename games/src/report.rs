@@ -256,8 +256,10 @@ impl Chain {
     }
 }
 
+/// A place in the report: a line that is no event (its line and refusal only, about 40
+/// bytes, since a log may hold millions of them), or a game.
 enum Slot {
-    Line(Entry),
+    Line(u64, Refusal),
     Game(Box<Track>),
 }
 
@@ -298,9 +300,7 @@ impl<'r> LogVerifier<'r> {
             return;
         }
         match Event::parse_with_limit(raw, self.limit) {
-            Err(refusal) => self
-                .slots
-                .push(Slot::Line(Entry::invalid_line(self.line, refusal))),
+            Err(refusal) => self.slots.push(Slot::Line(self.line, refusal)),
             Ok(event) => self.push_event(&event),
         }
     }
@@ -353,16 +353,24 @@ impl<'r> LogVerifier<'r> {
         }
     }
 
-    /// The report, in order of first appearance.
-    pub fn finish(self) -> Vec<Entry> {
+    /// True when no line held an event or a refusal (a blank or empty input).
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The report, in order of first appearance, one entry at a time: a report can be as
+    /// long as its log, so each entry is made only as it is written out.
+    pub fn entries(self) -> impl Iterator<Item = Entry> {
         let mode = self.mode;
-        self.slots
-            .into_iter()
-            .map(|slot| match slot {
-                Slot::Line(entry) => entry,
-                Slot::Game(track) => game_entry(*track, mode),
-            })
-            .collect()
+        self.slots.into_iter().map(move |slot| match slot {
+            Slot::Line(line, refusal) => Entry::invalid_line(line, refusal),
+            Slot::Game(track) => game_entry(*track, mode),
+        })
+    }
+
+    /// The whole report, in order of first appearance.
+    pub fn finish(self) -> Vec<Entry> {
+        self.entries().collect()
     }
 }
 

@@ -18,7 +18,7 @@
 //! this reader must not verify a different game under the same id (see `games::verify`).
 
 use anyhow::Context;
-use games::report::{any_invalid, LogVerifier, Mode};
+use games::report::{EntryVerdict, LogVerifier, Mode};
 use games::Registry;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
@@ -57,14 +57,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         Mode::Strict
     };
-    let entries = match read(&args.file, &registry, mode) {
-        Ok(entries) => entries,
+    let verifier = match read(&args.file, &registry, mode) {
+        Ok(verifier) => verifier,
         Err(err) => {
             eprintln!("pipehub verify: {}", super::error_text(&err));
             return Ok(2);
         }
     };
-    if entries.is_empty() {
+    if verifier.is_empty() {
         // Exit 0 all the same (no game is invalid), but a script whose input was never
         // connected (a closed standard input reads as an empty one) should hear of it.
         eprintln!(
@@ -72,8 +72,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             input_name(&args.file)
         );
     }
-    let mut out = std::io::stdout().lock();
-    for entry in &entries {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut invalid = false;
+    for entry in verifier.entries() {
+        invalid |= entry.verdict == EntryVerdict::Invalid;
         let line = if args.json {
             entry.to_json()
         } else {
@@ -82,14 +84,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         writeln!(out, "{line}").context("cannot write the report")?;
     }
     out.flush().context("cannot write the report")?;
-    Ok(if any_invalid(&entries) { 1 } else { 0 })
+    Ok(if invalid { 1 } else { 0 })
 }
 
-fn read(
-    file: &PathBuf,
-    registry: &Registry,
-    mode: Mode,
-) -> anyhow::Result<Vec<games::report::Entry>> {
+/// Reads the whole input into a verifier, which then holds each game's state (not its
+/// events) and each refused line's number and reason.
+fn read<'r>(file: &PathBuf, registry: &'r Registry, mode: Mode) -> anyhow::Result<LogVerifier<'r>> {
     let name = input_name(file);
     let input: Box<dyn Read> = if file.as_os_str() == "-" {
         Box::new(std::io::stdin().lock())
@@ -102,7 +102,7 @@ fn read(
     while read_line_capped(&mut reader, &mut line).with_context(|| format!("cannot read {name}"))? {
         verifier.push_line(&line);
     }
-    Ok(verifier.finish())
+    Ok(verifier)
 }
 
 /// The input as messages name it.
