@@ -14,6 +14,7 @@
 
 use crate::crypto;
 use crate::event::Event;
+use crate::json::MAX_SAFE_INTEGER;
 use serde_json::{Map, Value};
 
 /// The canonical bytes of `event` (RFC 8785, `sig` left out), by the fast path.
@@ -60,7 +61,9 @@ pub fn write_event(event: &Event, include_sig: bool, out: &mut Vec<u8>) {
 
 /// The fast path. Keys in the order RFC 8785 sorts them (all ASCII, so code-unit order is
 /// byte order): action, game, move, player, prevHash, protocol, rules, seq, sig, status.
-/// Returns false when it met a value it does not write (a float).
+/// Returns false when it met a value it does not write: a float, or an integer beyond
+/// ±(2^53 − 1), which RFC 8785 writes as the double nearest to it. Section 1 refuses both
+/// in input; the fallback keeps a writer's typed event hashed as every reader would.
 fn write_fast(e: &Event, include_sig: bool, out: &mut Vec<u8>) -> bool {
     out.extend_from_slice(b"{\"action\":\"");
     out.extend_from_slice(e.action.as_str().as_bytes());
@@ -86,6 +89,9 @@ fn write_fast(e: &Event, include_sig: bool, out: &mut Vec<u8>) -> bool {
             return false;
         }
     }
+    if e.seq > MAX_SAFE_INTEGER {
+        return false;
+    }
     out.extend_from_slice(b",\"seq\":");
     write_u64(e.seq, out);
     if let (true, Some(sig)) = (include_sig, &e.sig) {
@@ -107,9 +113,9 @@ fn write_value(v: &Value, out: &mut Vec<u8>) -> bool {
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
         Value::Number(n) => {
-            if let Some(u) = n.as_u64() {
+            if let Some(u) = n.as_u64().filter(|u| *u <= MAX_SAFE_INTEGER) {
                 write_u64(u, out);
-            } else if let Some(i) = n.as_i64() {
+            } else if let Some(i) = n.as_i64().filter(|i| i.unsigned_abs() <= MAX_SAFE_INTEGER) {
                 out.push(b'-');
                 write_u64(i.unsigned_abs(), out);
             } else {
@@ -221,6 +227,29 @@ pub(crate) fn write_u64(mut n: u64, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use crate::event::{Action, Seat, Status};
+
+    /// Integers past ±(2^53 − 1) are written as RFC 8785 writes them (the nearest double),
+    /// by the reference: no input holds one, but a writer's typed event might.
+    #[test]
+    fn integers_past_the_safe_range_take_the_reference_path() {
+        let big = MAX_SAFE_INTEGER + 2;
+        let e = Event {
+            game: "g".into(),
+            seq: big,
+            prev_hash: "0".repeat(64),
+            player: Seat::O,
+            action: Action::Move,
+            mv: Some(serde_json::json!({"a": big, "b": -(big as i64)})),
+            protocol: None,
+            rules: None,
+            status: None,
+            sig: None,
+        };
+        let bytes = canonical_bytes(&e);
+        assert_eq!(bytes, reference_bytes(&e));
+        let text = String::from_utf8(bytes).expect("UTF-8");
+        assert!(text.contains("\"seq\":9007199254740992"), "{text}");
+    }
 
     /// RFC 8785 section 3.2.2's example, as published.
     #[test]
