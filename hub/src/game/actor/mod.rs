@@ -13,19 +13,25 @@
 //! ignored. It stops after the configured idle time without messages and is rebuilt on
 //! the next one.
 //!
+//! This file holds the actor's state, its adjudication and its lifecycle. What the hub
+//! writes on its own and the choices it keeps are in `custody`; each viewer's state, the
+//! views built from it and their publication are in `views`.
+//!
 //! What it deliberately does not do: check who may post (the facade does that before the
 //! inbox), or hold anything that cannot be rebuilt from the store — except a held
 //! rock-paper-scissors choice, whose loss is announced (`held_choice_lost`).
 
 mod cluster;
+mod custody;
 mod messages;
+mod views;
 
 pub use cluster::{CatchUp, Kick, Retire, TakenOver};
 pub use messages::{
     Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot, Summarize, Unchosen,
 };
+pub use views::summary;
 
-use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,26 +39,17 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use games::reason::{Reason, Refusal};
 use games::verify::{GameChain, Prepared, Verdict as ChainVerdict};
-use games::{Action, Event, Seat, Viewer};
+use games::{Action, Event, Seat};
 use tokio::sync::oneshot;
 
-use super::custody::{self, Custodian};
 use super::desk::{Desk, Tip};
 use super::engine::Engine;
 use super::seats::Registration;
-use super::state::{
-    self, GameState, KeysView, Notice, Phase, ProtocolNames, ResultView, SharedState,
-};
-use super::types::{GameSummary, Listed, Verdict};
+use super::state::{Phase, ProtocolNames, ResultView};
+use super::types::Verdict;
 use super::waiters::Outcome;
-use super::writer::{self, Posting};
-use super::HubError;
 use crate::inbox::{Capture, Record, StoredVerdict};
-use crate::rooms::{Cause, Publication, Views, Watchers};
-
-/// After this many consecutive failed hub writes the actor stops retrying until the next
-/// accepted event, so a write the referee keeps refusing cannot fill the inbox.
-const MAX_WRITE_FAILURES: u32 = 3;
+use crate::rooms::{Cause, Watchers};
 
 /// How long an idle actor keeps reading its mailbox after leaving the directory.
 const STOP_GRACE: Duration = Duration::from_millis(200);
@@ -200,34 +197,9 @@ impl GameActor {
                 let _ = tx.send(());
             }
         }
-        if let (Action::Move, Some(mv)) = (event.action, &event.mv) {
-            let s = idx(event.player);
-            if mv.get("choice").is_some() {
-                // The seat's reveal: its round is over.
-                self.choice[s] = None;
-            } else if let Some(commit) = mv.get("commit").and_then(|c| c.as_str()) {
-                // The seat's view shows the choice this commit seals, whichever of two
-                // racing choices won the seq (none when the commit is not the hub's).
-                self.choice[s] = self.custodian().recover(event.player, event.seq, commit);
-                if self.held[s] && seat == Some(event.player) {
-                    self.held[s] = false;
-                    self.engine.metrics.held_choices.dec();
-                    self.clear_held_mark(event.player);
-                }
-            }
-        }
+        self.track_choice(event, seat);
         if self.chain.result().is_some_and(|r| r.is_over()) {
-            // A round cut short by a resign has nothing left to commit or reveal: a
-            // choice kept for it is dropped, so no view goes on showing it.
-            for seat in [Seat::X, Seat::O] {
-                let s = idx(seat);
-                self.choice[s] = None;
-                self.lost[s] = false;
-                if std::mem::take(&mut self.held[s]) {
-                    self.engine.metrics.held_choices.dec();
-                    self.clear_held_mark(seat);
-                }
-            }
+            self.drop_choices();
             if let Some(reg) = self.registration() {
                 // Its place under the host's cap is given back now, before its last
                 // state is published; the store's mark follows.
@@ -240,14 +212,6 @@ impl GameActor {
                 });
             }
         }
-    }
-
-    fn clear_held_mark(&self, seat: Seat) {
-        let engine = self.engine.clone();
-        let (inbox, game) = (self.inbox.clone(), self.game.clone());
-        actix::spawn(async move {
-            let _ = engine.seats.clear_held(&inbox, &game, seat).await;
-        });
     }
 
     /// Adjudicates a fresh record, then writes whatever the hub now owes the game.
@@ -290,26 +254,7 @@ impl GameActor {
             .and_then(|p| p.refs().first().copied())
             .unwrap_or("");
         let metrics = &self.engine.metrics;
-        let (stored, verdict_kind, refusal) = match &verdict {
-            ChainVerdict::Accepted { hash } => (
-                StoredVerdict::Accepted { hash: hash.clone() },
-                Verdict::Accepted,
-                None,
-            ),
-            ChainVerdict::Rejected(r) => (
-                StoredVerdict::Rejected {
-                    reason: r.reason,
-                    detail: r.detail.clone(),
-                },
-                Verdict::Rejected,
-                Some(r.clone()),
-            ),
-            ChainVerdict::Skipped => (
-                StoredVerdict::Skipped,
-                Verdict::Skipped,
-                Some(Refusal::new(Reason::UnknownProtocol)),
-            ),
-        };
+        let (stored, verdict_kind, refusal) = classify(&verdict);
         metrics.event(
             verdict_kind.as_str(),
             refusal.as_ref().map(|r| r.reason),
@@ -377,304 +322,6 @@ impl GameActor {
         });
     }
 
-    /// Hands the rebuilt game's state to its room. A node that took a shard over rebuilds
-    /// its games, and the node that died may have recorded a verdict and not published it:
-    /// a socket elsewhere then missed that state for good (seen after a kill -9 of an
-    /// owner). A socket that has it already drops it as a duplicate.
-    fn announce(&mut self) {
-        let watchers = self.engine.rooms.watchers(&self.inbox, &self.game);
-        if let Some(views) = self.views(watchers, None) {
-            self.publish(Cause::Phase, Arc::new(views));
-        }
-    }
-
-    /// Keeps the game's listing entry current, then hands the views that were built to the
-    /// room (when somebody watches).
-    fn publish(&mut self, cause: Cause, views: Arc<Views>) {
-        let started = Instant::now();
-        self.list();
-        if views.x.is_none() && views.o.is_none() && views.spectator.is_none() {
-            return;
-        }
-        self.engine.rooms.publish(Publication {
-            inbox: self.inbox.clone(),
-            game: self.game.clone(),
-            cause,
-            views,
-        });
-        self.engine
-            .metrics
-            .verdict_to_relay
-            .observe(started.elapsed().as_secs_f64());
-    }
-
-    /// Writes the game's listing entry when its phase or result changed since last time.
-    fn list(&mut self) {
-        let (protocol, phase, result) = match (self.chain.protocol(), self.chain.result()) {
-            (Some(p), Some(result)) => (
-                Cow::Borrowed(p.refs().first().copied().unwrap_or("")),
-                Phase::Started,
-                Some(ResultView::from(result)),
-            ),
-            _ => match self.registration() {
-                Some(reg) if !self.chain.is_skipped() => (
-                    Cow::Owned(reg.protocol.to_string()),
-                    if reg.paired {
-                        Phase::Paired
-                    } else {
-                        Phase::Waiting
-                    },
-                    None,
-                ),
-                _ => return,
-            },
-        };
-        if self.listed == Some((phase, result)) {
-            return;
-        }
-        self.listed = Some((phase, result));
-        self.engine.list(
-            &self.inbox,
-            &self.game,
-            Listed {
-                protocol: Some(protocol),
-                phase,
-                result,
-            },
-        );
-    }
-
-    /// One viewer's state, or why there is none.
-    pub fn state(&self, viewer: Viewer) -> Result<GameState, HubError> {
-        let seat = match viewer {
-            Viewer::Seat(s) => Some(s),
-            Viewer::Spectator => None,
-        };
-        let notice = seat
-            .filter(|s| self.lost[idx(*s)])
-            .map(|_| Notice::HeldChoiceLost);
-        let mut st = if let (Some(p), Some(board)) = (self.chain.protocol(), self.chain.board()) {
-            let keys = self.chain.keys().map(|k| KeysView {
-                x: Some(k.hex(Seat::X)),
-                o: Some(k.hex(Seat::O)),
-            });
-            let protocol = self.protocol.get_or_init(|| {
-                let name = p.refs().first().copied().unwrap_or("");
-                let rules = self.chain.rules();
-                // A seated game's registration holds the same names, shared with every
-                // game of its protocol and rules: a copy of the rules per game would
-                // cost an open game more than the copies per move did.
-                match self.registration() {
-                    Some(reg)
-                        if *reg.protocol == *name
-                            && *reg.protocol_id == *p.id()
-                            && rules.is_some_and(|r| *r == *reg.rules) =>
-                    {
-                        ProtocolNames {
-                            protocol: reg.protocol.clone(),
-                            protocol_id: reg.protocol_id.clone(),
-                            rules: reg.rules.clone(),
-                        }
-                    }
-                    _ => ProtocolNames {
-                        protocol: name.into(),
-                        protocol_id: p.id().into(),
-                        rules: Arc::new(rules.cloned().unwrap_or_default()),
-                    },
-                }
-            });
-            state::assemble(
-                &self.inbox,
-                &self.game,
-                viewer,
-                state::Source::Started(state::Started {
-                    protocol,
-                    keys,
-                    seq: self.chain.seq().unwrap_or(0),
-                    head: self.chain.head().unwrap_or(""),
-                    result: self
-                        .chain
-                        .result()
-                        .unwrap_or(games::GameResult::IN_PROGRESS),
-                    board,
-                }),
-                notice,
-            )
-        } else if let Some(reg) = &self.registration() {
-            state::assemble(
-                &self.inbox,
-                &self.game,
-                viewer,
-                state::Source::Pending(state::Pending {
-                    phase: if reg.paired {
-                        Phase::Paired
-                    } else {
-                        Phase::Waiting
-                    },
-                    protocol: ProtocolNames {
-                        protocol: reg.protocol.clone(),
-                        protocol_id: reg.protocol_id.clone(),
-                        rules: reg.rules.clone(),
-                    },
-                    signed: reg.signed,
-                    keys: KeysView {
-                        x: reg.key_x.clone(),
-                        o: reg.key_o.clone(),
-                    },
-                }),
-                notice,
-            )
-        } else {
-            return Err(self.absent());
-        };
-        // A seat's own view shows the choice the hub keeps for it; nobody else's does.
-        // (Only a seat's view is taken apart: the spectator's must come back whole.)
-        if let Some(s) = seat {
-            let choice = self.choice[idx(s)].or_else(|| self.recovered_choice(s));
-            st.view = st.view.take().map(|view| match choice {
-                Some(c) => view.with_pending_choice(c),
-                None => view,
-            });
-        }
-        Ok(st)
-    }
-
-    /// Why a game with neither an accepted start nor a seat registration has no state:
-    /// its id names no game, or a game of a protocol this hub does not referee.
-    pub(super) fn absent(&self) -> HubError {
-        if self.chain.is_skipped() {
-            HubError::NotFound(
-                "this game names a protocol this hub does not know; it is stored, not \
-                 refereed, and its captures are listed under …/events?game="
-                    .into(),
-            )
-        } else {
-            HubError::NotFound("no such game".into())
-        }
-    }
-
-    /// The choice behind `seat`'s commit of the round under way, recovered from the commit
-    /// as a reveal recovers it, where this actor does not hold it: a copy on a node that
-    /// does not own the game, or a referee rebuilt after a restart. (On such nodes a seat's
-    /// own view lacked its choice, which a box reloaded there took for lost.) `None` when
-    /// the commit is not the hub's (an agent's own nonce) or there is none.
-    fn recovered_choice(&self, seat: Seat) -> Option<&'static str> {
-        let (commit, commit_seq) = self.chain.board()?.sealed_commit(seat)?;
-        self.custodian().recover(seat, commit_seq, &commit)
-    }
-
-    /// The views of the viewers in `watchers`, and of `poster` (a seat, or `None` for the
-    /// spectator) when there is one; `None` when the game has no state at all.
-    fn views(&self, watchers: Watchers, poster: Option<Option<Seat>>) -> Option<Views> {
-        let build = |viewer: Option<Seat>| {
-            if !watchers.watches(viewer) && poster != Some(viewer) {
-                return Ok(None);
-            }
-            let state = self.state(viewer.map_or(Viewer::Spectator, Viewer::Seat))?;
-            Ok::<_, HubError>(Some(SharedState::new(state)))
-        };
-        Some(Views {
-            x: build(Some(Seat::X)).ok()?,
-            o: build(Some(Seat::O)).ok()?,
-            spectator: build(None).ok()?,
-        })
-    }
-
-    fn custodian(&self) -> Custodian<'_> {
-        Custodian {
-            secret: &self.engine.config.secret,
-            inbox: &self.inbox,
-            game: &self.game,
-        }
-    }
-
-    /// Writes the next event the hub owes this game, if any (one at a time).
-    fn write_owed(&mut self, ctx: &mut Context<Self>) {
-        if self.writing.is_some() || self.write_failures >= MAX_WRITE_FAILURES {
-            return;
-        }
-        // A started game is owed something only while it is custodial and not over: most
-        // games are decided here, before the registration is read.
-        if let (Some(p), Some(board)) = (self.chain.protocol(), self.chain.board()) {
-            if board.outcome().is_over() || !custody::is_custodial(p.as_ref()) {
-                return;
-            }
-        }
-        let Some(reg) = self.registration() else {
-            return;
-        };
-        // Only the shard's owner writes what the hub owes on its own; another node writes
-        // only the commit of a choice it holds, which nobody else knows.
-        let owner = self
-            .engine
-            .owns(self.engine.inbox.shard_of(&self.inbox, &self.game));
-        if !owner && !self.held.contains(&true) {
-            return;
-        }
-        if !self.chain.is_started() {
-            if !owner {
-                return;
-            }
-            if reg.paired && reg.hub_writes_start() && !self.chain.is_skipped() {
-                let posting = self.draft(writer::start_event(&reg), reg.signed);
-                self.spawn_write(posting, ctx);
-            }
-            return;
-        }
-        let (Some(p), Some(board), Some(seq), Some(head)) = (
-            self.chain.protocol(),
-            self.chain.board(),
-            self.chain.seq(),
-            self.chain.head(),
-        ) else {
-            return;
-        };
-        if board.outcome().is_over() || !custody::is_custodial(p.as_ref()) {
-            return;
-        }
-        for seat in [Seat::X, Seat::O] {
-            if reg.signed && reg.agent_held(seat) {
-                continue;
-            }
-            let mut commits = false;
-            let mv = match board.custody(seat) {
-                Some(games::protocol::CustodyStep::Commit) => match self.choice[idx(seat)] {
-                    Some(choice) if self.held[idx(seat)] => {
-                        commits = true;
-                        self.custodian().commit_move(seat, seq + 1, choice)
-                    }
-                    _ => continue,
-                },
-                Some(games::protocol::CustodyStep::Reveal { commit, commit_seq }) if owner => {
-                    match self.custodian().reveal_move(seat, commit_seq, &commit) {
-                        Some(mv) => mv,
-                        None => {
-                            tracing::warn!(game = %self.game, %seat, "a commit the hub cannot reveal");
-                            continue;
-                        }
-                    }
-                }
-                _ => continue,
-            };
-            let event = writer::next_event(&self.game, seq, head, seat, Some(mv));
-            let signed = self.chain.signed();
-            let posting = self.draft(event, signed);
-            if commits {
-                // The held choice is being committed: from now until its verdict, a new
-                // choice would no longer replace it, only be lost with it.
-                self.committing[idx(seat)] = Some(posting.hash.clone());
-            }
-            self.spawn_write(posting, ctx);
-            return;
-        }
-    }
-
-    /// An event the hub writes for a seat, signed with that seat's key when `signed`.
-    fn draft(&self, event: Event, signed: bool) -> Posting {
-        self.desk
-            .draft(&self.engine.config.secret, &self.inbox, event, signed)
-    }
-
     /// Puts the chain's head on the desk, for posters to draft on (never in a cluster,
     /// where this actor may be a copy of a game another node adjudicates).
     fn share_tip(&self) {
@@ -687,30 +334,6 @@ impl GameActor {
             _ => None,
         };
         self.desk.set_tip(tip);
-    }
-
-    fn spawn_write(&mut self, draft: Posting, ctx: &mut Context<Self>) {
-        self.writing = Some(draft.hash.clone());
-        let inbox = self.engine.inbox.clone();
-        let (name, game) = (self.inbox.clone(), self.game.clone());
-        let fut = async move {
-            inbox
-                .append(&name, &game, Some(draft.seat), draft.raw)
-                .await
-        };
-        ctx.spawn(fut.into_actor(self).map(|res, act, _| {
-            if let Err(e) = res {
-                tracing::warn!(game = %act.game, error = %e, "hub write not appended");
-                // A held choice whose commit this was stays held, to be committed later.
-                for drafted in &mut act.committing {
-                    if *drafted == act.writing {
-                        *drafted = None;
-                    }
-                }
-                act.writing = None;
-                act.write_failures += 1;
-            }
-        }));
     }
 
     /// Replays the game's stored records in order (each with whether it already has a
@@ -735,9 +358,29 @@ impl GameActor {
     }
 }
 
-/// The listing entry of a game, from its spectator state.
-pub fn summary(spectator: &GameState) -> GameSummary {
-    Listed::of(spectator).summary(&spectator.game)
+/// The chain's verdict as it is stored beside its capture, as its poster hears it, and the
+/// refusal it carries (a skipped event is refused `unknown_protocol`).
+fn classify(verdict: &ChainVerdict) -> (StoredVerdict, Verdict, Option<Refusal>) {
+    match verdict {
+        ChainVerdict::Accepted { hash } => (
+            StoredVerdict::Accepted { hash: hash.clone() },
+            Verdict::Accepted,
+            None,
+        ),
+        ChainVerdict::Rejected(r) => (
+            StoredVerdict::Rejected {
+                reason: r.reason,
+                detail: r.detail.clone(),
+            },
+            Verdict::Rejected,
+            Some(r.clone()),
+        ),
+        ChainVerdict::Skipped => (
+            StoredVerdict::Skipped,
+            Verdict::Skipped,
+            Some(Refusal::new(Reason::UnknownProtocol)),
+        ),
+    }
 }
 
 impl Actor for GameActor {
