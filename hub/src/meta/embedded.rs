@@ -39,16 +39,18 @@
 //! them to runs in unlinked cache files, of which memory keeps a few bytes a key, and a
 //! thread of their own compacts the runs (see [`cold`]).
 //!
+//! The open (replay and compaction at open) is in `open`, the writer's and the compactor's
+//! threads in `writer`; this file keeps the shared state, the staging of changes and the
+//! [`Meta`] implementation.
+//!
 //! What it deliberately does not do: cache values, or retry after a failed write or fsync
 //! (the store stops taking writes: the kernel may have dropped the pages).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -57,7 +59,7 @@ use prometheus::Histogram;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Meta;
-use crate::inbox::log::{self, FramePos, SegmentLog, Segments};
+use crate::inbox::log::{self, FramePos, Segments};
 use crate::inbox::StoreError;
 use cold::{class, Cold, CLASSES};
 
@@ -68,17 +70,13 @@ pub const COLD_KEYS: usize = if cfg!(test) { 4 } else { 65_536 };
 
 mod cold;
 mod key;
+mod open;
+mod writer;
 
-use key::{Key, HASHED_LEN};
+use key::Key;
 
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
-/// Compact at open when the log is this much larger than the live data (and not tiny:
-/// 256 bytes in tests, so that their reopens compact logs holding cold keys too).
-const COMPACT_RATIO: u64 = 4;
-const COMPACT_MIN_BYTES: u64 = if cfg!(test) { 256 } else { 1 << 20 };
-/// At most this many changes share one write and fsync.
-const MAX_BATCH: usize = 4096;
 
 /// Group commit under load (see [`log::Pacing`]): a burst of game set-ups shares one fsync
 /// every 2 ms rather than taking one each. Seating a game stages up to four changes at
@@ -92,7 +90,7 @@ pub const PACING: log::Pacing = log::Pacing {
 pub struct EmbeddedMeta {
     shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
-    /// The compactor's thread, and what wakes it (see [`compactor`]).
+    /// The compactor's thread, and what wakes it (see [`writer::compactor`]).
     compactor: Mutex<Option<(SyncSender<()>, JoinHandle<()>)>>,
     /// The most keys memory held at once while the log was replayed at open, gone entries
     /// included.
@@ -261,253 +259,11 @@ fn entry_bytes(key_len: usize, at: FramePos) -> u64 {
     (log::HEADER + 5 + key_len) as u64 + u64::from(at.len)
 }
 
-/// Writes the live entries to a fresh segment, which becomes the first and only one
-/// (segment 0) once the older ones are removed, and moves every key's place to it; returns
-/// the bytes written. The cold keys' entries are written first and memory's last, so that
-/// memory's copy of a key it shares with a run is the one a replay keeps. They are written
-/// a megabyte at a time, each synced before the next, and all before any old segment
-/// goes: a crash on the way replays to the same keys.
-fn compact_log(
-    keys: &mut Keys,
-    log: &mut SegmentLog,
-    segments: &log::Segments,
-) -> Result<u64, StoreError> {
-    // A megabyte; 256 bytes in tests, so that a compaction that fails has written some.
-    const CHUNK: usize = if cfg!(test) { 256 } else { 1 << 20 };
-    log.roll()?;
-    let (_, start) = log.reserve(0)?;
-    let mut base = start;
-    let mut buf = Vec::with_capacity(CHUNK + 4096);
-    let mut spelled = [0u8; HASHED_LEN];
-    let mut copy = |key: &Key, at: FramePos, buf: &mut Vec<u8>| -> Result<FramePos, StoreError> {
-        #[cfg(test)]
-        tests::copying()?;
-        let value = segments.read(at)?;
-        let text = std::str::from_utf8(key.text(&mut spelled))
-            .map_err(|_| StoreError::Corrupt("a meta key is not UTF-8".into()))?;
-        let moved = encode(buf, PUT, text, &value, (0, base));
-        if buf.len() >= CHUNK {
-            // Each chunk synced before the next, so that a crash tears at most the last
-            // (`log::TORN_MAX`).
-            log.write_batch(buf, true)?;
-            base += buf.len() as u64;
-            buf.clear();
-        }
-        Ok(moved)
-    };
-    keys.cold.rewrite(|key, at| copy(key, at, &mut buf))?;
-    for (key, at) in keys.map.iter_mut() {
-        *at = copy(key, *at, &mut buf)?;
-    }
-    log.write_batch(&buf, false)?;
-    base += buf.len() as u64;
-    log.sync()?;
-    log.drop_older_segments()?;
-    Ok(base - start)
-}
-
-/// Replays one change read from the log at `frame`.
-fn apply(keys: &mut Keys, frame: FramePos, payload: &[u8]) -> Result<(), StoreError> {
-    let damaged = || StoreError::Corrupt("a meta entry cannot be read".into());
-    let (&kind, rest) = payload.split_first().ok_or_else(damaged)?;
-    let len_bytes = rest.get(..4).ok_or_else(damaged)?;
-    let mut word = [0u8; 4];
-    word.copy_from_slice(len_bytes);
-    let len = u32::from_le_bytes(word) as usize;
-    let key = rest.get(4..4 + len).ok_or_else(damaged)?;
-    let key = Key::of(std::str::from_utf8(key).map_err(|_| damaged())?);
-    let skip = 1 + 4 + len;
-    let value = FramePos {
-        segment: frame.segment,
-        offset: frame.offset + skip as u64,
-        len: frame.len - skip as u32,
-    };
-    match kind {
-        PUT => {
-            keys.insert(key, value);
-        }
-        DELETE => {
-            keys.remove(&key);
-        }
-        _ => return Err(damaged()),
-    }
-    Ok(())
-}
-
 fn unavailable() -> StoreError {
     StoreError::Unavailable("the meta store stopped taking writes after a failed write".into())
 }
 
-/// Why one try at opening the store gave none.
-enum NotOpened {
-    /// The log could not be compacted: another try, without compacting, may open it.
-    Compaction(StoreError),
-    Failed(StoreError),
-}
-
-impl NotOpened {
-    fn into_error(self) -> StoreError {
-        match self {
-            NotOpened::Compaction(e) | NotOpened::Failed(e) => e,
-        }
-    }
-}
-
-impl From<StoreError> for NotOpened {
-    fn from(e: StoreError) -> NotOpened {
-        NotOpened::Failed(e)
-    }
-}
-
-impl From<std::io::Error> for NotOpened {
-    fn from(e: std::io::Error) -> NotOpened {
-        NotOpened::Failed(e.into())
-    }
-}
-
 impl EmbeddedMeta {
-    /// Opens (or creates) the meta store in `dir`; its files are `meta-*.log`, so it may
-    /// share a directory with the inbox.
-    pub fn open(dir: &Path) -> Result<EmbeddedMeta, StoreError> {
-        EmbeddedMeta::open_with(dir, PACING, COLD_KEYS)
-    }
-
-    /// [`EmbeddedMeta::open`] with the writer's group-commit pacing given, and how many
-    /// keys of a cold class gather in memory before they go cold (0: never).
-    ///
-    /// A log that cannot be compacted (no space left for the compacted copy, say) is
-    /// replayed again and kept as it is: the store opens, and the next open tries again.
-    pub fn open_with(
-        dir: &Path,
-        pacing: log::Pacing,
-        cold_keys: usize,
-    ) -> Result<EmbeddedMeta, StoreError> {
-        match EmbeddedMeta::open_once(dir, pacing, cold_keys, true) {
-            Ok(meta) => Ok(meta),
-            Err(NotOpened::Compaction(e)) => {
-                tracing::warn!(error = %e, "cannot compact the meta log at open; it is replayed again and kept as it is");
-                EmbeddedMeta::open_once(dir, pacing, cold_keys, false)
-                    .map_err(NotOpened::into_error)
-            }
-            Err(NotOpened::Failed(e)) => Err(e),
-        }
-    }
-
-    /// One try at [`EmbeddedMeta::open_with`], compacting the log if `compact` and it is
-    /// worth it. A compaction that fails part way leaves the log a state that replays to
-    /// the same keys: the old segments whole (or, past the sync, those newer than the ones
-    /// removed) and after them a newest segment of copies of live values, maybe torn at
-    /// its end. What it did to the keys in memory and to the cache's runs is dropped with
-    /// this try.
-    fn open_once(
-        dir: &Path,
-        pacing: log::Pacing,
-        cold_keys: usize,
-        compact: bool,
-    ) -> Result<EmbeddedMeta, NotOpened> {
-        let mut keys = RwLock::new(Keys {
-            map: BTreeMap::new(),
-            spillable: [0; CLASSES],
-            spill_at: cold_keys,
-            cold: Cold::create(dir),
-        });
-        // Keys go cold as they are replayed, so that memory holds about as many as it does
-        // while the store runs, not every live key at once (see `cold::bound_gone`).
-        let mut replay_peak = 0;
-        let mut bounding = true;
-        let (mut log, replayed) = SegmentLog::open(dir, "meta", u64::MAX, |frame, payload| {
-            let now = keys.get_mut();
-            apply(now, frame, payload)?;
-            let due = now.spill_at > 0 && now.spillable.iter().any(|n| *n >= now.spill_at);
-            let gone = now.cold.gone();
-            replay_peak = replay_peak.max(now.map.len() + gone);
-            if due {
-                spill(&keys);
-            }
-            if bounding && gone > cold_keys {
-                // A merge that fails leaves the runs as they were, and their gone entries
-                // in memory, as the compactor's would; the replay goes on without merging.
-                if let Err(e) = cold::bound_gone(&keys, cold_keys) {
-                    tracing::warn!(error = %e, "cannot merge the meta cache's runs as the log is replayed; deleted keys stay in memory until the compactor runs");
-                    bounding = false;
-                }
-            }
-            Ok(())
-        })?;
-        let segments = log.segments();
-        // What the replay left in memory of a class that went cold joins its runs, as all
-        // of it did when the replay spilled only at its end: an open keeps fewer keys in
-        // memory than the running store gathers between two spills.
-        spill_when(&keys, |keys, c| keys.cold.holds_class(c));
-        // The replay's runs, merged into one a class, hold each cold key once and no other:
-        // the live data is memory's entries and theirs. A failed merge leaves the runs as
-        // they were (they still answer), and the log as it is.
-        let merged = cold::merge_replayed(&keys);
-        if let Err(e) = &merged {
-            tracing::warn!(error = %e, "cannot merge the meta cache's runs; the meta log is not compacted at this open");
-        }
-        let now = keys.get_mut();
-        let live = now.cold.bytes()
-            + now
-                .map
-                .iter()
-                .map(|(k, at)| entry_bytes(k.len(), *at))
-                .sum::<u64>();
-        if compact
-            && merged.is_ok()
-            && replayed.bytes > COMPACT_MIN_BYTES
-            && replayed.bytes > COMPACT_RATIO * live
-        {
-            let written = compact_log(now, &mut log, &segments).map_err(NotOpened::Compaction)?;
-            tracing::info!(from = replayed.bytes, to = written, "meta log compacted");
-        }
-        tracing::info!(
-            log_bytes = replayed.bytes,
-            live_bytes = live,
-            in_memory = now.map.len(),
-            cold = now.cold.keys(),
-            replay_peak,
-            "meta store opened"
-        );
-        // Unbounded, because changes are sent under the `staged` lock, which must not be
-        // held across an await; bounded all the same by who sends: every change but a
-        // `take` is waited for by its caller (one in flight per request, and requests are
-        // capped by the connection cap and the rate limit), and a `take` stages only a key
-        // that holds a value (a pairing code, spent once).
-        let (tx, rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
-            keys,
-            segments,
-            staged: Mutex::new(Staged {
-                next: 0,
-                newest: HashMap::new(),
-                tx: Some(tx),
-            }),
-            failed: AtomicBool::new(false),
-            syncs: AtomicU64::new(0),
-            applied: AtomicU64::new(0),
-            flush_seconds: OnceLock::new(),
-            compacting: Mutex::new(()),
-            stop: AtomicBool::new(false),
-        });
-        let (nudge, nudged) = std::sync::mpsc::sync_channel(1);
-        let compactor_shared = shared.clone();
-        let compactor = std::thread::Builder::new()
-            .name("meta-compactor".into())
-            .spawn(move || compactor(&compactor_shared, nudged))?;
-        let writer_shared = shared.clone();
-        let writer_nudge = nudge.clone();
-        let writer = std::thread::Builder::new()
-            .name("meta-writer".into())
-            .spawn(move || run(&writer_shared, log, rx, pacing, writer_nudge))?;
-        Ok(EmbeddedMeta {
-            shared,
-            writer: Mutex::new(Some(writer)),
-            compactor: Mutex::new(Some((nudge, compactor))),
-            replay_peak,
-        })
-    }
-
     /// Compacts the cache's runs until there is nothing worth doing, on the caller's thread.
     #[cfg(test)]
     fn compact_now(&self) {
@@ -705,127 +461,6 @@ impl Shared {
             None => None,
         };
         Some(Looked { applied, found })
-    }
-}
-
-/// The writer thread: one write and one fsync per batch of staged changes.
-fn run(
-    shared: &Shared,
-    mut log: SegmentLog,
-    mut rx: mpsc::UnboundedReceiver<Change>,
-    pacing: log::Pacing,
-    compactor: SyncSender<()>,
-) {
-    let mut batch = Vec::with_capacity(64);
-    let mut places = Vec::with_capacity(64);
-    let mut buf = Vec::new();
-    let mut pacer = log::Pacer::new(pacing);
-    while let Some(first) = rx.blocking_recv() {
-        let size = |c: &Change| c.key.len() + c.value.as_ref().map_or(0, |v| v.len()) + 16;
-        let mut bytes = size(&first);
-        batch.push(first);
-        pacer.wait();
-        // Bounded in bytes too, so that what a crash can tear stays within
-        // `log::TORN_MAX` of the end.
-        while batch.len() < MAX_BATCH && bytes < log::MAX_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(change) => {
-                    bytes += size(&change);
-                    batch.push(change);
-                }
-                Err(_) => break,
-            }
-        }
-        buf.clear();
-        places.clear();
-        let failed = shared.failed.load(Ordering::Acquire);
-        let written = if failed {
-            Err(unavailable())
-        } else {
-            log.reserve(0).map_err(StoreError::from).and_then(|at| {
-                for c in &batch {
-                    places.push(match &c.value {
-                        Some(v) => encode(&mut buf, PUT, &c.key, v, at),
-                        None => encode(&mut buf, DELETE, &c.key, &[], at),
-                    });
-                }
-                pacer.syncing(batch.len());
-                let began = Instant::now();
-                log.write_batch(&buf, true)?;
-                if let Some(h) = shared.flush_seconds.get() {
-                    h.observe(began.elapsed().as_secs_f64());
-                }
-                Ok(())
-            })
-        };
-        if let Err(e) = &written {
-            if !failed {
-                // After a failed fsync nothing written since the last good one can be
-                // trusted, so the store stops taking writes rather than retry.
-                tracing::error!(error = %e, "meta write failed; the store stops taking writes");
-                shared.failed.store(true, Ordering::Release);
-            }
-        } else {
-            shared.syncs.fetch_add(1, Ordering::Relaxed);
-        }
-        {
-            let mut staged = shared.staged.lock();
-            let mut keys = shared.keys.write();
-            for (i, c) in batch.iter().enumerate() {
-                if written.is_ok() {
-                    match (&c.value, places.get(i)) {
-                        (Some(_), Some(at)) => keys.insert(Key::of(&c.key), *at),
-                        _ => keys.remove(&Key::of(&c.key)),
-                    };
-                }
-                if staged
-                    .newest
-                    .get(&c.key)
-                    .is_some_and(|(n, _)| *n == c.number)
-                {
-                    staged.newest.remove(&c.key);
-                }
-            }
-            shared.applied.fetch_add(1, Ordering::Release);
-        }
-        for c in batch.drain(..) {
-            let answer = match &written {
-                Ok(()) => Ok(()),
-                Err(e) => Err(StoreError::Unavailable(e.to_string())),
-            };
-            // The caller may have been cancelled meanwhile; the change stands anyway.
-            let _ = c.reply.send(answer);
-        }
-        spill(&shared.keys);
-        if shared.keys.read().cold.wants_compaction() {
-            // Full: the compactor is awake already, and looks again before it sleeps.
-            let _ = compactor.try_send(());
-        }
-    }
-}
-
-/// The compactor's thread: woken by the writer when the cache's runs are worth compacting,
-/// it compacts them until they are not (see [`cold::compact`]). After a failure it waits
-/// ten seconds before it tries again; the runs meanwhile stay as they were, and answer.
-fn compactor(shared: &Shared, nudged: Receiver<()>) {
-    const BACK_OFF: std::time::Duration = std::time::Duration::from_secs(10);
-    let mut failed_at: Option<Instant> = None;
-    while nudged.recv().is_ok() {
-        if failed_at.is_some_and(|at| at.elapsed() < BACK_OFF) {
-            continue;
-        }
-        let _one = shared.compacting.lock();
-        loop {
-            match cold::compact(&shared.keys, &shared.stop) {
-                Ok(true) => failed_at = None,
-                Ok(false) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "a compaction of the meta cache failed; its runs stay as they were");
-                    failed_at = Some(Instant::now());
-                    break;
-                }
-            }
-        }
     }
 }
 

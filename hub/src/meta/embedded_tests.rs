@@ -3,6 +3,7 @@
 //! the staging lock, group commit and durability.
 
 use std::cell::Cell;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::*;
