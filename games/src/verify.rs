@@ -328,8 +328,8 @@ impl Established {
         Ok(())
     }
 
-    /// Applies a move; with a status claim, on a copy first, so that a mismatch leaves the
-    /// board as it was.
+    /// Applies a move; with a status claim, checks the claim first against the result
+    /// the move would give, so that a mismatch leaves the board as it was.
     fn apply(
         &mut self,
         seat: Seat,
@@ -344,13 +344,11 @@ impl Established {
                 Ok(self.board.outcome())
             }
             Some(claim) => {
-                let mut next = self.board.clone();
-                next.apply(seat, mv).map_err(illegal)?;
-                let outcome = next.outcome();
+                let outcome = self.board.outcome_after(seat, mv).map_err(illegal)?;
                 if outcome.status != claim {
                     return Err(Reason::StatusMismatch.into());
                 }
-                self.board = next;
+                self.board.apply(seat, mv).map_err(illegal)?;
                 Ok(outcome)
             }
         }

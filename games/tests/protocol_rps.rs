@@ -1,4 +1,6 @@
 //! Reducer table for rock-paper-scissors, and what its custody steps tell a custodian.
+//! Every move of every case also checks `outcome_after` (the result a status claim is
+//! checked against) against the same move applied to a whole copy of the board.
 //!
 //! Moves are written as X commits, O commits, X reveals, O reveals per round; the chain's
 //! parity gives move i (0-based) to X when i is even. The expectation is the outcome after
@@ -34,6 +36,11 @@ fn check(rules: Value, moves: &[Value], expected: Expect) {
     for (i, mv) in moves.iter().enumerate() {
         let seat = if i % 2 == 0 { Seat::X } else { Seat::O };
         let legal = board.legal(seat, mv);
+        // The result a reader checks a status claim against, without the history of
+        // rounds, is the result of the move on a whole copy.
+        let mut copy = board.clone();
+        let on_copy = copy.apply(seat, mv).map(|()| copy.outcome());
+        assert_eq!(board.outcome_after(seat, mv), on_copy, "move {i} {mv}");
         let applied = board.apply(seat, mv);
         assert_eq!(legal, applied, "legal and apply disagree on move {i} {mv}");
         if let Err(e) = applied {

@@ -163,6 +163,17 @@ pub trait Board: Send + Sync + fmt::Debug {
     /// The result of the game as it stands, a resignation included.
     fn outcome(&self) -> GameResult;
 
+    /// The result the game would have after `seat`'s move, the board left as it is (a
+    /// reader checks a `status` claim with it before applying the move). By default a
+    /// copy of the board takes the move; a board whose copy grows with the game (a
+    /// history of rounds) answers from what decides the result instead, so that a long
+    /// log of claims is not read in quadratic time.
+    fn outcome_after(&self, seat: Seat, mv: &Value) -> Result<GameResult, MoveError> {
+        let mut next = self.box_clone();
+        next.apply(seat, mv)?;
+        Ok(next.outcome())
+    }
+
     /// The redactor: what `viewer` may know. A seat's view and the spectator view never
     /// contain the other seat's secrets.
     fn view(&self, viewer: Viewer) -> View;

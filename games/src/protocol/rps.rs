@@ -288,6 +288,22 @@ impl Board for RpsBoard {
         Ok(())
     }
 
+    /// On a copy without the history of rounds, which the result does not depend on.
+    fn outcome_after(&self, seat: Seat, mv: &Value) -> Result<GameResult, MoveError> {
+        let mut next = RpsBoard {
+            best_of: self.best_of,
+            target: self.target,
+            scores: self.scores,
+            moves: self.moves,
+            phase: self.phase,
+            sealed: self.sealed.clone(),
+            history: Vec::new(),
+            resigned: self.resigned,
+        };
+        next.apply(seat, mv)?;
+        Ok(next.outcome())
+    }
+
     fn resign(&mut self, seat: Seat) {
         if self.phase != Phase::Over {
             self.phase = Phase::Over;
