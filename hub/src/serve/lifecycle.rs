@@ -18,7 +18,8 @@ use tokio::task::{JoinError, JoinHandle};
 
 use super::ServeError;
 use crate::game::Hub;
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, StoreError};
+use crate::meta::Meta;
 
 /// A cluster node's tasks that stop with it: the shard leases (and what follows them).
 pub(super) struct ClusterTasks {
@@ -40,6 +41,8 @@ pub(super) struct Lifecycle {
     pub(super) cluster: Option<ClusterTasks>,
     pub(super) hub: Hub,
     pub(super) inbox: Arc<dyn Inbox>,
+    /// The embedded meta store, whose failure (unlike Redis being away) is for good.
+    pub(super) embedded_meta: Option<Arc<dyn Meta>>,
 }
 
 /// Why a hub stops.
@@ -94,6 +97,7 @@ impl Lifecycle {
             cluster,
             hub,
             inbox,
+            embedded_meta,
         } = self;
         let (served, went_back) = match ended {
             Ended::Server(joined) => (Some(joined), None),
@@ -130,6 +134,16 @@ impl Lifecycle {
             return Err(ServeError::StoreWentBack(what));
         }
         inbox.sync().await?;
+        // An embedded store that stopped taking writes ends the process in error,
+        // whichever part failed: the inbox does above, in its sync; the seats' and codes'
+        // store here.
+        if embedded_meta.is_some_and(|meta| !meta.ready()) {
+            return Err(ServeError::Store(StoreError::Unavailable(
+                "the meta store (seats and pairing codes) stopped taking writes after a \
+                 failed write; every change it acknowledged is durable"
+                    .into(),
+            )));
+        }
         tracing::info!("stopped; every acknowledged event is durable");
         result?.map_err(ServeError::Server)
     }

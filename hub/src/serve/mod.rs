@@ -119,6 +119,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let registry = games::Registry::builtin()
         .with_default(&config.default_protocol)
         .ok_or_else(|| ConfigError::UnknownProtocol(config.default_protocol.clone()))?;
+    let embedded_meta = cluster.is_none().then(|| meta.clone());
     let engine = (registry.clone(), secret, inbox.clone(), meta);
     let (hub, ws_rooms) = open_hub(&config, engine, &metrics, cluster.as_ref()).await?;
     let (events, pairing) = limiters(&config, cluster.as_ref());
@@ -146,6 +147,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         cluster,
         hub,
         inbox,
+        embedded_meta,
     };
     lifecycle.serve(shutdown, went_back).await
 }
