@@ -81,6 +81,9 @@ pub enum AgentError {
     /// The seats directory could not be read or written.
     #[error("the agent's state directory: {0}")]
     Store(#[from] std::io::Error),
+    /// The MCP client on standard input and output went away or spoke no MCP.
+    #[error("the MCP client: {0}")]
+    Client(String),
 }
 
 impl AgentError {
@@ -93,6 +96,7 @@ impl AgentError {
             AgentError::Usage(_) => "usage",
             AgentError::Rejected { reason, .. } => reason,
             AgentError::Store(_) => "state_dir",
+            AgentError::Client(_) => "client",
         }
     }
 

@@ -42,11 +42,11 @@ pub async fn serve_stdio(agent: Arc<Agent>) -> Result<(), AgentError> {
     let service = Tools { agent }
         .serve(rmcp::transport::stdio())
         .await
-        .map_err(|e| AgentError::Transport(format!("the MCP client: {e}")))?;
+        .map_err(|e| AgentError::Client(e.to_string()))?;
     service
         .waiting()
         .await
-        .map_err(|e| AgentError::Transport(format!("the MCP session: {e}")))?;
+        .map_err(|e| AgentError::Client(format!("the session: {e}")))?;
     Ok(())
 }
 
