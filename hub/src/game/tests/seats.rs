@@ -144,12 +144,7 @@ async fn an_agent_held_host_writes_its_own_start_and_the_hub_checks_it() {
         )
         .await
         .expect("created");
-    let x = f
-        .hub
-        .seat_for_token(&created.token)
-        .await
-        .expect("looked up")
-        .expect("X");
+    let x = seat_of(&f.hub, &created.token).await;
     f.hub
         .pair(&created.pairing_code, None)
         .await
@@ -225,12 +220,7 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
         .is_err_and(|e| e.status() == 404));
 
     // A fresh code kills the old one.
-    let xa = f
-        .hub
-        .seat_for_token(&a.token)
-        .await
-        .expect("looked up")
-        .expect("X");
+    let xa = seat_of(&f.hub, &a.token).await;
     let fresh = f.hub.new_code(&xa).await.expect("new code");
     assert_eq!(pair_error(&f.hub, &a.pairing_code).await, Some("code_used"));
     f.hub
@@ -247,12 +237,7 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     ));
 
     // Cancelling frees the host's slot and kills the token and the code.
-    let xb = f
-        .hub
-        .seat_for_token(&b.token)
-        .await
-        .expect("looked up")
-        .expect("X");
+    let xb = seat_of(&f.hub, &b.token).await;
     f.hub.cancel(&xb).await.expect("cancelled");
     assert!(f
         .hub
@@ -336,20 +321,10 @@ async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
         pair_error(&f.hub, &a.pairing_code).await,
         Some("unavailable")
     );
-    let xa = f
-        .hub
-        .seat_for_token(&a.token)
-        .await
-        .expect("looked up")
-        .expect("X");
+    let xa = seat_of(&f.hub, &a.token).await;
     let fresh = f.hub.new_code(&xa).await.err();
     assert_eq!(fresh.as_ref().map(HubError::code), Some("unavailable"));
-    let xb = f
-        .hub
-        .seat_for_token(&b.token)
-        .await
-        .expect("looked up")
-        .expect("X");
+    let xb = seat_of(&f.hub, &b.token).await;
     f.hub.cancel(&xb).await.expect("a cancel needs no inbox");
     inbox.fail_writes(false);
     f.hub
@@ -362,6 +337,14 @@ async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
         .await
         .expect("state");
     assert_eq!(s.phase, Phase::Started);
+}
+
+/// The seat that `token` opens, which must be one.
+async fn seat_of(hub: &Hub, token: &str) -> SeatAuth {
+    hub.seat_for_token(token)
+        .await
+        .expect("looked up")
+        .expect("a token of a seat")
 }
 
 /// The reason a pairing attempt with `code` is refused, `None` when it pairs.
