@@ -274,26 +274,70 @@ async fn a_store_that_went_back_in_time_is_noticed_and_takes_no_more_writes() {
 /// node notices that the last event it appended is no longer where it put it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loss_covered_by_another_nodes_appends_is_noticed() {
+    noticed_after_a_covered_loss(false).await;
+}
+
+/// The events lost were written by a node that is gone; the node that read them (a
+/// shard's owner reads every event of its shards) notices that the last one it read is
+/// no longer where it was, after a third node's appends covered the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_of_events_a_gone_node_wrote_is_noticed_by_their_reader() {
+    noticed_after_a_covered_loss(true).await;
+}
+
+/// Four events appended to shard 0 (by the node under test, or by another node that is
+/// then gone and whose events the node under test reads), the last two lost and covered.
+async fn noticed_after_a_covered_loss(written_elsewhere: bool) {
     let s = server();
     let url = format!("redis://127.0.0.1:{}", s.port);
     let inbox = RedisInbox::open(&url, 1).await.expect("open");
     let mut went_back = inbox.went_back();
     let mut con = super::redis::connect(&url).await.expect("connect");
+    let writer = match written_elsewhere {
+        true => RedisInbox::open(&url, 1).await.expect("open"),
+        false => inbox.clone(),
+    };
     let mut older = Vec::new();
     for i in 0..4 {
         if i == 2 {
             older = dump_keys(&mut con).await;
         }
-        inbox
+        writer
             .append("box", "g", None, raw(&format!("{{\"n\":{i}}}")))
             .await
             .expect("append");
     }
-    // The store as another node leaves it, built aside in database 1: restarted from the
-    // older copy (positions 3 and 4 lost), then three appends of that node's own.
+    drop(writer);
+    if written_elsewhere {
+        let read = inbox.read_shard(0, 1, 10).await.expect("read");
+        assert_eq!(read.len(), 4);
+    }
+    cover_a_loss(&url, &mut con, &older).await;
+    tokio::time::timeout(Duration::from_secs(15), went_back.wait_for(Option::is_some))
+        .await
+        .expect("noticed within 15 s")
+        .expect("the inbox lives");
+    let what = went_back.borrow().clone().unwrap_or_default();
+    assert!(
+        what.contains(
+            "shard 0 no longer holds at position 4 the event this node appended or read there"
+        ),
+        "{what}"
+    );
+    assert!(!inbox.ready());
+}
+
+/// Leaves database 0 as a node other than the ones under test would: restarted from
+/// `older`, then three appends of that node's own (built aside in database 1), swapped in
+/// at once, so no watcher ever reads a counter below what it saw.
+async fn cover_a_loss(
+    url: &str,
+    con: &mut redis::aio::ConnectionManager,
+    older: &[(Vec<u8>, Vec<u8>)],
+) {
     let aside = format!("{url}/1");
     let mut built = super::redis::connect(&aside).await.expect("connect");
-    replace_keys(&mut built, &older).await;
+    replace_keys(&mut built, older).await;
     let other = RedisInbox::open(&aside, 1).await.expect("open");
     for i in 0..3 {
         other
@@ -302,18 +346,7 @@ async fn a_loss_covered_by_another_nodes_appends_is_noticed() {
             .expect("append");
     }
     let newer = dump_keys(&mut built).await;
-    // Swapped in at once, so this node's watcher never reads a counter below what it saw.
-    replace_keys(&mut con, &newer).await;
-    tokio::time::timeout(Duration::from_secs(15), went_back.wait_for(Option::is_some))
-        .await
-        .expect("noticed within 15 s")
-        .expect("the inbox lives");
-    let what = went_back.borrow().clone().unwrap_or_default();
-    assert!(
-        what.contains("shard 0 no longer holds at position 4 the event this node appended"),
-        "{what}"
-    );
-    assert!(!inbox.ready());
+    replace_keys(con, &newer).await;
 }
 
 /// Every key of the hub's, as `DUMP` gives it: what an older AOF or snapshot holds.

@@ -31,13 +31,14 @@
 //! replica without the last writes took over) has lost acknowledged events, and hands
 //! their positions out again. A node notices it in three ways, and says so once
 //! ([`RedisInbox::went_back`]): the store gives out or shows a position no higher than one
-//! the node has already seen; or the last event the node itself appended to a shard is no
-//! longer at its position. The last check catches a loss that other nodes' appends have
-//! covered (the counter is back above what this node saw, but with other events); the
-//! watcher makes it once Redis answers again after not answering, and every
-//! [`OWN_CHECK_EVERY`] besides. What the node holds in memory (its referees' chains,
-//! verdicts, seats) is then newer than the store, and only a fresh start rebuilds it from
-//! what the store holds. Until then it takes no more writes and is not ready.
+//! the node has already seen; or the last event the node appended to a shard, or read
+//! from it, is no longer at its position. The last check catches a loss that other nodes'
+//! appends have covered (the counter is back above what this node saw, but with other
+//! events), including the loss of events another node wrote and this node read as the
+//! shard's owner, after the writer is gone; the watcher makes it once Redis answers again
+//! after not answering, and every [`KNOWN_CHECK_EVERY`] besides. What the node holds in
+//! memory (its referees' chains, verdicts, seats) is then newer than the store, and only a
+//! fresh start rebuilds it from what the store holds. Until then it takes no more writes and is not ready.
 //!
 //! What it deliberately does not do: work on Redis Cluster (the keys of one append span
 //! several hash slots; one Redis primary, with replicas if wanted, is the supported shape),
@@ -71,12 +72,13 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 const WATCH_BLOCK_MS: u64 = 1000;
 /// About how many entries a verdict stream keeps (the verdict hash keeps every verdict).
 pub const VERDICT_STREAM_MAXLEN: u64 = 100_000;
-/// How often the watcher checks that the store still holds this node's last appends,
-/// besides each time Redis answers again after not answering.
-pub const OWN_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// How often the watcher checks that the store still holds the last event this node
+/// appended to or read from each shard, besides each time Redis answers again after not
+/// answering.
+pub const KNOWN_CHECK_EVERY: Duration = Duration::from_secs(5);
 
-/// The last event this node appended to a shard: its position and bytes.
-struct Own {
+/// The last event this node appended to a shard or read from it: its position and bytes.
+struct Known {
     pos: u64,
     raw: Bytes,
 }
@@ -97,9 +99,10 @@ pub struct RedisInbox {
     /// Set once the store is seen to have gone back in time: what happened, for the log
     /// and the operator.
     went_back: watch::Sender<Option<String>>,
-    /// Per shard, the last event appended here: a store that went back in time no longer
-    /// holds it at its position, even when other nodes' appends raised the counter again.
-    own: Vec<parking_lot::Mutex<Option<Own>>>,
+    /// Per shard, the last event appended or read here: a store that went back in time no
+    /// longer holds it at its position, even when other nodes' appends raised the counter
+    /// again.
+    known: Vec<parking_lot::Mutex<Option<Known>>>,
     fence: parking_lot::RwLock<Option<Arc<dyn Fence>>>,
     append: Script,
     put_verdict: Script,
@@ -174,7 +177,7 @@ impl RedisInbox {
             durable,
             up: Arc::new(AtomicBool::new(true)),
             went_back: watch::channel(None).0,
-            own: (0..shards).map(|_| parking_lot::Mutex::new(None)).collect(),
+            known: (0..shards).map(|_| parking_lot::Mutex::new(None)).collect(),
             fence: parking_lot::RwLock::new(None),
             append: Script::new(APPEND),
             put_verdict: Script::new(PUT_VERDICT),
@@ -219,6 +222,19 @@ impl RedisInbox {
             first
         });
         StoreError::Unavailable(what)
+    }
+
+    /// Remembers that `shard` holds `raw` at `pos`, if that is the furthest this node knows.
+    fn know(&self, shard: u32, pos: u64, raw: &Bytes) {
+        if let Some(known) = self.known.get(shard as usize) {
+            let mut known = known.lock();
+            if known.as_ref().is_none_or(|k| k.pos < pos) {
+                *known = Some(Known {
+                    pos,
+                    raw: raw.clone(),
+                });
+            }
+        }
     }
 
     fn high(&self, shard: u32) -> u64 {
@@ -353,7 +369,7 @@ async fn counters(con: &mut ConnectionManager, shards: u32) -> Result<Vec<u64>, 
 /// Follows every shard stream for appends made by other nodes, and keeps `up` true
 /// while Redis answers. Ends when the inbox is dropped.
 async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionManager) {
-    let mut check_due = Instant::now() + OWN_CHECK_EVERY;
+    let mut check_due = Instant::now() + KNOWN_CHECK_EVERY;
     loop {
         let Some(me) = inbox.upgrade() else { return };
         let mut cmd = redis::cmd("XREAD");
@@ -392,8 +408,8 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
                     me.bump(shard as u32, high);
                 }
                 if again || Instant::now() >= check_due {
-                    check_due = Instant::now() + OWN_CHECK_EVERY;
-                    match own_missing(&me, &mut con).await {
+                    check_due = Instant::now() + KNOWN_CHECK_EVERY;
+                    match known_missing(&me, &mut con).await {
                         Ok(None) => {}
                         Ok(Some(how)) => {
                             me.lost(how);
@@ -415,14 +431,14 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
 }
 
 /// Where the store no longer holds, at its position, the last event this node appended
-/// to a shard (`None` when it holds every one).
-async fn own_missing(
+/// to a shard or read from it (`None` when it holds every one).
+async fn known_missing(
     me: &RedisInbox,
     con: &mut ConnectionManager,
 ) -> Result<Option<String>, RedisError> {
     let marks: Vec<(u32, u64, Bytes)> = (0..me.shards)
-        .zip(&me.own)
-        .filter_map(|(shard, own)| own.lock().as_ref().map(|o| (shard, o.pos, o.raw.clone())))
+        .zip(&me.known)
+        .filter_map(|(shard, k)| k.lock().as_ref().map(|k| (shard, k.pos, k.raw.clone())))
         .collect();
     if marks.is_empty() {
         return Ok(None);
@@ -445,7 +461,7 @@ async fn own_missing(
         if !held {
             return Ok(Some(format!(
                 "shard {shard} no longer holds at position {pos} the event this node appended \
-                 there"
+                 or read there"
             )));
         }
     }
@@ -492,12 +508,7 @@ impl Inbox for RedisInbox {
         if pos <= seen {
             return Err(self.gone_back(shard, seen, pos - 1));
         }
-        if let Some(own) = self.own.get(shard as usize) {
-            let mut own = own.lock();
-            if own.as_ref().is_none_or(|o| o.pos < pos) {
-                *own = Some(Own { pos, raw });
-            }
-        }
+        self.know(shard, pos, &raw);
         self.bump(shard, pos);
         Ok(Capture { shard, pos })
     }
@@ -521,7 +532,14 @@ impl Inbox for RedisInbox {
                 .query_async(&mut self.con())
                 .await,
         )?;
-        entries.into_iter().map(|e| record(shard, e)).collect()
+        let records = entries
+            .into_iter()
+            .map(|e| record(shard, e))
+            .collect::<Result<Vec<Record>, StoreError>>()?;
+        if let Some(last) = records.last() {
+            self.know(shard, last.capture.pos, &last.raw);
+        }
+        Ok(records)
     }
 
     fn watch_shard(&self, shard: u32) -> Result<watch::Receiver<u64>, StoreError> {
