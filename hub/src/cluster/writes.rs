@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use super::{Forward, Forwarded};
 use crate::clock::now_ms;
-use crate::game::{Hub, HubError};
+use crate::game::{Hub, HubError, Unavailable};
 use crate::inbox::redis::keys;
 use crate::inbox::Capture;
 
@@ -54,7 +54,6 @@ pub async fn forward(
     let mut raw = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut raw);
     let id = hex::encode(raw);
-    let store = |e: redis::RedisError| HubError::Unavailable(format!("redis: {e}"));
     let (kind, mv) = match what {
         Forward::Move(mv) => ("w", mv.map(Value::to_string).unwrap_or_default()),
         Forward::Choice(choice) => ("c", choice.to_string()),
@@ -81,33 +80,28 @@ pub async fn forward(
         .arg(now_ms())
         .query_async(&mut con)
         .await
-        .map_err(store)?;
+        .map_err(Unavailable::Redis)?;
     let deadline = Instant::now() + wait;
     loop {
         let reply: Option<String> = redis::cmd("GET")
             .arg(reply_key(&id))
             .query_async(&mut con)
             .await
-            .map_err(store)?;
+            .map_err(Unavailable::Redis)?;
         if let Some(reply) = reply.filter(|r| r != "claimed") {
             return decode(&reply);
         }
         if Instant::now() >= deadline {
-            return Err(HubError::Unavailable(
-                "the shard's owner did not answer in time; try again".into(),
-            ));
+            return Err(Unavailable::OwnerTimeout.into());
         }
         tokio::time::sleep(POLL).await;
     }
 }
 
 fn decode(reply: &str) -> Result<Forwarded, HubError> {
-    let v: Value = serde_json::from_str(reply)
-        .map_err(|_| HubError::Unavailable("an unreadable reply from the owner".into()))?;
+    let v: Value = serde_json::from_str(reply).map_err(Unavailable::OwnerReply)?;
     if let (Some(c), Some(h)) = (v["c"].as_str(), v["h"].as_str()) {
-        let capture: Capture = c
-            .parse()
-            .map_err(|_| HubError::Unavailable("an unreadable capture from the owner".into()))?;
+        let capture: Capture = c.parse().map_err(Unavailable::OwnerCapture)?;
         return Ok(Forwarded::Appended(capture, h.to_string()));
     }
     if v["held"] == Value::Bool(true) {
@@ -130,7 +124,11 @@ fn decode(reply: &str) -> Result<Forwarded, HubError> {
                 reason,
                 detail: detail.clone(),
             }),
-            None => HubError::Unavailable(detail.unwrap_or_else(|| other.to_string())),
+            None => Unavailable::Owner {
+                code: other.to_string(),
+                detail,
+            }
+            .into(),
         },
     })
 }
@@ -219,6 +217,24 @@ mod tests {
             decode(r#"{"e":"after_end","d":null}"#),
             Err(HubError::Refused(r)) if r.reason == Reason::AfterEnd
         ));
-        assert!(matches!(decode("nope"), Err(HubError::Unavailable(_))));
+        assert!(matches!(
+            decode("nope"),
+            Err(HubError::Unavailable(Unavailable::OwnerReply(_)))
+        ));
+        assert!(matches!(
+            decode(r#"{"c":"3-9","h":"ab"}"#),
+            Err(HubError::Unavailable(Unavailable::OwnerCapture(_)))
+        ));
+        // A refusal this node does not answer with itself passes on the owner's words.
+        let owner = decode(r#"{"e":"too_many_captures","d":"at most 9 captures per game"}"#);
+        let Err(err @ HubError::Unavailable(Unavailable::Owner { .. })) = owner else {
+            panic!("{owner:?}");
+        };
+        assert_eq!(
+            (err.status(), err.code(), err.detail().as_deref()),
+            (503, "unavailable", Some("at most 9 captures per game"))
+        );
+        let bare = decode(r#"{"e":"internal","d":null}"#).expect_err("refused");
+        assert_eq!(bare.detail().as_deref(), Some("internal"));
     }
 }

@@ -25,7 +25,7 @@ use super::finished::{self, Finished};
 use super::seats::Seats;
 use super::types::Listed;
 use super::waiters::Waiters;
-use super::{HubConfig, HubError};
+use super::{HubConfig, HubError, Unavailable};
 use crate::inbox::{Inbox, Record};
 use crate::meta::Meta;
 use crate::metrics::Metrics;
@@ -188,9 +188,7 @@ impl Engine {
                 Err(MailboxError::Timeout) => break,
             }
         }
-        Err(HubError::Unavailable(
-            "the game's actor did not answer".into(),
-        ))
+        Err(Unavailable::ActorSilent.into())
     }
 
     /// Records a game's listing entry, and keeps the started and finished counts.

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use games::Registry;
 
-pub use error::HubError;
+pub use error::{HubError, Unavailable};
 pub use facade::Hub;
 pub use state::{GameState, KeysView, Notice, Phase, ResultView, SharedState};
 pub use types::{

@@ -21,7 +21,7 @@ use crate::game::engine::Engine;
 use crate::game::seats::{self, Registration};
 use crate::game::types::{CreateGame, Created, NewCode, Paired, SeatAuth};
 use crate::game::writer;
-use crate::game::HubError;
+use crate::game::{HubError, Unavailable};
 use crate::rooms::Publication;
 
 impl Hub {
@@ -123,9 +123,7 @@ impl Hub {
                 // Under the cap once this one is gone: racing creates took each other's
                 // room, and a try again may pass. Else the person is at the cap.
                 if self.engine.seats.open_games_stored(person).await? < max {
-                    return Err(HubError::Unavailable(
-                        "games were being created at once on other hub nodes; try again".into(),
-                    ));
+                    return Err(Unavailable::CreatesRacing.into());
                 }
                 return Err(HubError::TooManyGames(max));
             }
@@ -274,9 +272,7 @@ impl Hub {
     fn inbox_writable(&self) -> Result<(), HubError> {
         match self.engine.inbox.ready() {
             true => Ok(()),
-            false => Err(HubError::Unavailable(
-                "the store cannot take writes: no game can start now".into(),
-            )),
+            false => Err(Unavailable::InboxReadOnly.into()),
         }
     }
 }

@@ -15,7 +15,7 @@ use super::records::{code_key, json_bytes, CodeRecord};
 use super::{after_losing, changing_elsewhere, Registration, Seats, CHANGE_TRIES};
 use crate::clock::now_ms;
 use crate::game::types::SeatAuth;
-use crate::game::HubError;
+use crate::game::{HubError, Unavailable};
 
 /// How long a dead pairing code (expired, used or replaced) is remembered, so that a late
 /// try is told why it failed, before it is purged.
@@ -84,9 +84,7 @@ impl Seats {
                 return Ok(drawn);
             }
         }
-        Err(HubError::Unavailable(
-            "could not draw a fresh pairing code".into(),
-        ))
+        Err(Unavailable::NoFreshCode.into())
     }
 
     /// Stores a drawn code for `game` unless its hash is taken; true when stored.

@@ -50,7 +50,7 @@ use records::{
 };
 
 use super::types::SeatAuth;
-use super::HubError;
+use super::{HubError, Unavailable};
 use crate::clock::now_ms;
 use crate::meta::Meta;
 
@@ -103,7 +103,7 @@ const CHANGE_TRIES: u32 = 6;
 
 /// A change of a game's seating that lost to other nodes' changes [`CHANGE_TRIES`] times.
 fn changing_elsewhere() -> HubError {
-    HubError::Unavailable("the game kept changing on other hub nodes; try again".into())
+    Unavailable::Contended.into()
 }
 
 /// The pause before a change of a game's seating reads the game again after losing to
@@ -254,7 +254,7 @@ impl Seats {
             if code_stored {
                 self.meta.delete(&code_key(&drawn.1)).await?;
             }
-            return Err(HubError::Unavailable("game id already reserved".into()));
+            return Err(Unavailable::IdReserved.into());
         }
         slot.keep();
         let (code, _, expires_ms) = if code_stored {

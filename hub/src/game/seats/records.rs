@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::game::types::SeatAuth;
-use crate::game::HubError;
+use crate::game::{HubError, Unavailable};
 
 /// What a seated game was created with, and how far its seating got.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -122,5 +122,5 @@ pub(super) fn held_key(inbox: &str, game: &str, seat: Seat) -> String {
 pub(super) fn json_bytes<T: Serialize>(value: &T) -> Result<Bytes, HubError> {
     serde_json::to_vec(value)
         .map(Bytes::from)
-        .map_err(|e| HubError::Unavailable(format!("cannot encode a record: {e}")))
+        .map_err(|e| Unavailable::Encode(e).into())
 }

@@ -145,7 +145,10 @@ async fn a_reserved_id_is_refused_and_leaves_no_seat_or_code_behind() {
         .await
         .expect("create");
     let again = seats.create(registration("g1", rules), 60_000).await;
-    assert!(matches!(again, Err(HubError::Unavailable(_))), "{again:?}");
+    assert!(
+        matches!(again, Err(HubError::Unavailable(Unavailable::IdReserved))),
+        "{again:?}"
+    );
     let count = |prefix: &'static str| {
         let meta = meta.clone();
         async move { meta.scan(prefix).await.expect("scan").len() }
@@ -452,7 +455,10 @@ async fn creates_racing_each_other_stay_under_the_open_games_cap() {
     let taken = seats
         .create_capped(registration(&format!("g{first}"), rules), 60_000, Some(3))
         .await;
-    assert!(matches!(taken, Err(HubError::Unavailable(_))), "{taken:?}");
+    assert!(
+        matches!(taken, Err(HubError::Unavailable(Unavailable::IdReserved))),
+        "{taken:?}"
+    );
     assert_eq!(seats.open_games("host"), 2);
 }
 
