@@ -202,9 +202,7 @@ impl GameChain {
             None => None,
             Some(v) => Some(inboxes_shape(&v).ok_or(bad_rules("inboxes"))?),
         };
-        let rules = protocol
-            .rules(&given)
-            .map_err(|d| Refusal::with(Reason::BadRules, d))?;
+        let rules = protocol.rules(&given).map_err(Refusal::from)?;
         if let Some(keys) = &keys {
             check_sig(keys.get(Seat::X), e, prepared)?;
         }

@@ -263,7 +263,8 @@ fn grid_rules_are_validated() {
         let protocol = registry.get(r).expect("built-in protocol");
         let got = protocol
             .rules(given.as_object().expect("object"))
-            .map(Value::Object);
+            .map(Value::Object)
+            .map_err(|e| e.to_string());
         assert_eq!(got, expected.clone().map_err(str::to_string), "{r} {given}");
     }
 }

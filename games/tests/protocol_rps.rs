@@ -237,7 +237,8 @@ fn best_of_must_be_odd_and_in_range() {
     for (given, expected) in cases {
         let got = protocol
             .rules(given.as_object().expect("object"))
-            .map(Value::Object);
+            .map(Value::Object)
+            .map_err(|e| e.to_string());
         assert_eq!(got, expected.map_err(str::to_string), "{given}");
     }
 }

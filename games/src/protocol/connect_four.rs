@@ -5,7 +5,7 @@
 //! tic-tac-toe in `super::grid`; this module only parses the payload and finds the row.
 
 use super::grid::{self, coordinate, exact_fields, Grid};
-use super::spec::Spec;
+use super::spec::{RuleError, Spec};
 use super::{Board, GameResult, MoveError, Protocol, View, Viewer};
 use crate::event::Seat;
 use serde_json::{Map, Value};
@@ -45,7 +45,7 @@ impl Protocol for ConnectFour {
         self.spec.id()
     }
 
-    fn rules(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+    fn rules(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, RuleError> {
         grid::validate_rules(&self.spec, given)
     }
 

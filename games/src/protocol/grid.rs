@@ -8,7 +8,7 @@
 //! Row 0 is the top row, as drawn. Whose turn it is follows the chain's parity: after `n`
 //! moves the next move is event `n + 1` (the start is seq 0), which is X's when odd.
 
-use super::spec::int_rule;
+use super::spec::{int_rule, RuleError, RuleFault};
 use super::{GameResult, MoveError, View, Viewer, WinBy};
 use crate::canonical::write_u64;
 use crate::event::Seat;
@@ -297,11 +297,11 @@ impl Grid {
 pub(crate) fn validate_rules(
     spec: &super::spec::Spec,
     given: &Map<String, Value>,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, RuleError> {
     let rules = spec.validate(given)?;
     let side = int_rule(&rules, "rows", 1).max(int_rule(&rules, "cols", 1));
     if int_rule(&rules, "winLength", 1) > side {
-        return Err("winLength:range".to_string());
+        return Err(RuleError::new("winLength", RuleFault::Range));
     }
     Ok(rules)
 }

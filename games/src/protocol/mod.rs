@@ -23,6 +23,7 @@ pub mod tictactoe;
 use crate::event::{Seat, Status};
 use serde::Serialize;
 use serde_json::{Map, Value};
+pub use spec::{RuleError, RuleFault};
 use std::fmt;
 use std::sync::Arc;
 
@@ -137,9 +138,9 @@ pub trait Protocol: Send + Sync + fmt::Debug {
     fn id(&self) -> &str;
 
     /// Validates a start's `rules` (without `keys` and `inboxes`, which the verifier
-    /// handles) against the spec's parameters and fills in defaults. The error is the
-    /// `bad_rules` detail.
-    fn rules(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, String>;
+    /// handles) against the spec's parameters and fills in defaults. The error names the
+    /// parameter and the fault; its text is the `bad_rules` detail.
+    fn rules(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, RuleError>;
 
     /// A fresh board for validated rules.
     fn new_board(&self, rules: &Map<String, Value>) -> Box<dyn Board>;

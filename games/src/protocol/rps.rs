@@ -19,7 +19,7 @@
 //! the board counts the moves it has applied, and the k-th move is event seq k (seq 0 is
 //! the start, and only moves are applied to a board).
 
-use super::spec::{int_rule, Spec};
+use super::spec::{int_rule, RuleError, RuleFault, Spec};
 use super::{Board, CustodyStep, GameResult, MoveError, Protocol, View, Viewer, WinBy};
 use crate::crypto::rps_commit;
 use crate::event::Seat;
@@ -60,10 +60,10 @@ impl Protocol for RockPaperScissors {
         self.spec.id()
     }
 
-    fn rules(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+    fn rules(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, RuleError> {
         let rules = self.spec.validate(given)?;
         if int_rule(&rules, "bestOf", 1) % 2 == 0 {
-            return Err("bestOf:odd".to_string());
+            return Err(RuleError::new("bestOf", RuleFault::Odd));
         }
         Ok(rules)
     }

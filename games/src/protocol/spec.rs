@@ -16,11 +16,16 @@
 //! warns about an unknown `spec_version`. [`Spec::load`], which makes a spec playable,
 //! refuses one, and refuses parameter types it cannot check. Rules that a spec cannot
 //! express (a win length bounded by the board, an odd best-of) stay with each game.
+//!
+//! Given rules are refused with a [`RuleError`]: the parameter and a [`RuleFault`]. It
+//! becomes text (`rows:range`, the `bad_rules` detail) only where a [`Refusal`] is made.
 
 use super::specjson::{self, SpecValue};
+use crate::reason::{Reason, Refusal};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::fmt;
 
 /// The only `spec_version` this reader understands.
 pub const SPEC_VERSION: &str = "1.0";
@@ -34,8 +39,93 @@ pub enum SpecError {
     NotObject,
     #[error("unsupported spec_version {0} (supported: \"{SPEC_VERSION}\", a string)")]
     Version(String),
-    #[error("parameter {name}: {why}")]
-    Parameter { name: String, why: &'static str },
+    #[error("parameter {name}: {fault}")]
+    Parameter { name: String, fault: ParamFault },
+}
+
+/// What is wrong with a parameter's declaration in a spec (its text follows the name in
+/// [`SpecError::Parameter`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParamFault {
+    /// `parameters` itself is not an object.
+    #[error("must be an object")]
+    NotAnObject,
+    /// A parameter's entry is not an object.
+    #[error("not an object")]
+    EntryNotAnObject,
+    #[error("min and max must be integers")]
+    BoundNotInteger,
+    #[error("an enum needs a non-empty values array")]
+    NoEnumValues,
+    #[error("type must be integer, boolean or enum")]
+    UnknownType,
+    /// The declared default would itself be refused by [`Param::check`].
+    #[error("default outside the declared type or range")]
+    BadDefault,
+}
+
+/// Given rules that a protocol refuses: the parameter, and what is wrong with its value.
+/// It is produced where the rules are checked ([`Spec::validate`], and each game's checks
+/// beyond the spec), and turned into the `bad_rules` detail only at the edge, where a
+/// [`Refusal`] is made: its text is that detail, `{param}:{fault}` (`rows:range`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{param}:{fault}")]
+pub struct RuleError {
+    pub param: String,
+    pub fault: RuleFault,
+}
+
+impl RuleError {
+    pub fn new(param: impl Into<String>, fault: RuleFault) -> Self {
+        RuleError {
+            param: param.into(),
+            fault,
+        }
+    }
+}
+
+/// What is wrong with one given rule; [`RuleFault::code`] is its wire text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuleFault {
+    /// A field no parameter declares.
+    Unknown,
+    /// A parameter without a default, not given.
+    Missing,
+    /// A value of another JSON type than the parameter's.
+    Type,
+    /// An integer outside the declared bounds, or outside what the game can play.
+    Range,
+    /// A value that is not one of an enum's values.
+    Value,
+    /// An even count where the game needs an odd one (a best-of).
+    Odd,
+}
+
+impl RuleFault {
+    /// The text after the parameter's name in a `bad_rules` detail.
+    pub fn code(self) -> &'static str {
+        match self {
+            RuleFault::Unknown => "unknown",
+            RuleFault::Missing => "missing",
+            RuleFault::Type => "type",
+            RuleFault::Range => "range",
+            RuleFault::Value => "value",
+            RuleFault::Odd => "odd",
+        }
+    }
+}
+
+impl fmt::Display for RuleFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+impl From<RuleError> for Refusal {
+    /// Refused rules are a `bad_rules` refusal whose detail names the parameter and the fault.
+    fn from(err: RuleError) -> Self {
+        Refusal::with(Reason::BadRules, err.to_string())
+    }
 }
 
 /// The id of a spec file, and the `spec_version` it names when this reader does not know it.
@@ -147,17 +237,14 @@ pub struct Param {
 
 impl Param {
     fn parse(name: &str, entry: &Value) -> Result<Param, SpecError> {
-        let bad = |why| SpecError::Parameter {
+        let bad = |fault| SpecError::Parameter {
             name: name.to_string(),
-            why,
+            fault,
         };
-        let entry = entry.as_object().ok_or(bad("not an object"))?;
+        let entry = entry.as_object().ok_or(bad(ParamFault::EntryNotAnObject))?;
         let bound = |key: &str| match entry.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_i64()
-                .map(Some)
-                .ok_or(bad("min and max must be integers")),
+            Some(v) => v.as_i64().map(Some).ok_or(bad(ParamFault::BoundNotInteger)),
         };
         let kind = match entry.get("type").and_then(Value::as_str) {
             Some("integer") => ParamKind::Integer {
@@ -170,10 +257,10 @@ impl Param {
                     .get("values")
                     .and_then(Value::as_array)
                     .filter(|v| !v.is_empty())
-                    .ok_or(bad("an enum needs a non-empty values array"))?
+                    .ok_or(bad(ParamFault::NoEnumValues))?
                     .clone(),
             ),
-            _ => return Err(bad("type must be integer, boolean or enum")),
+            _ => return Err(bad(ParamFault::UnknownType)),
         };
         let param = Param {
             name: name.to_string(),
@@ -183,30 +270,30 @@ impl Param {
         if let Some(default) = &param.default {
             param
                 .check(default)
-                .map_err(|_| bad("default outside the declared type or range"))?;
+                .map_err(|_| bad(ParamFault::BadDefault))?;
         }
         Ok(param)
     }
 
-    /// Checks one given value; the error is a `bad_rules` detail such as `rows:range`.
-    pub fn check(&self, value: &Value) -> Result<(), String> {
-        let fail = |what: &str| Err(format!("{}:{what}", self.name));
+    /// Checks one given value against this parameter's declaration.
+    pub fn check(&self, value: &Value) -> Result<(), RuleError> {
+        let fail = |fault| Err(RuleError::new(&self.name, fault));
         match &self.kind {
             ParamKind::Integer { min, max } => {
                 let Some(n) = value.as_i64() else {
                     // A u64 beyond i64 is an integer, just far out of any range.
                     return if value.is_u64() {
-                        fail("range")
+                        fail(RuleFault::Range)
                     } else {
-                        fail("type")
+                        fail(RuleFault::Type)
                     };
                 };
                 if min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m) {
-                    return fail("range");
+                    return fail(RuleFault::Range);
                 }
             }
-            ParamKind::Boolean if !value.is_boolean() => return fail("type"),
-            ParamKind::Enum(values) if !values.contains(value) => return fail("value"),
+            ParamKind::Boolean if !value.is_boolean() => return fail(RuleFault::Type),
+            ParamKind::Enum(values) if !values.contains(value) => return fail(RuleFault::Value),
             _ => {}
         }
         Ok(())
@@ -241,7 +328,7 @@ impl Spec {
             Some(_) => {
                 return Err(SpecError::Parameter {
                     name: "parameters".to_string(),
-                    why: "must be an object",
+                    fault: ParamFault::NotAnObject,
                 })
             }
         };
@@ -263,18 +350,18 @@ impl Spec {
 
     /// Validates given rules against the declared parameters and fills in defaults. Unknown
     /// fields are refused; a parameter without a default must be given.
-    pub fn validate(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+    pub fn validate(&self, given: &Map<String, Value>) -> Result<Map<String, Value>, RuleError> {
         if let Some(unknown) = given
             .keys()
             .find(|k| !self.params.iter().any(|p| &p.name == *k))
         {
-            return Err(format!("{unknown}:unknown"));
+            return Err(RuleError::new(unknown, RuleFault::Unknown));
         }
         let mut rules = Map::new();
         for param in &self.params {
             let value = match given.get(&param.name).or(param.default.as_ref()) {
                 Some(v) => v,
-                None => return Err(format!("{}:missing", param.name)),
+                None => return Err(RuleError::new(&param.name, RuleFault::Missing)),
             };
             param.check(value)?;
             rules.insert(param.name.clone(), value.clone());
@@ -301,8 +388,18 @@ mod tests {
     fn check(given: Value, expected: Result<Value, &str>) {
         let spec = Spec::load(SPEC).expect("test spec loads");
         let given = given.as_object().cloned().unwrap_or_default();
-        let got = spec.validate(&given).map(Value::Object);
-        assert_eq!(got, expected.map_err(str::to_string), "given {given:?}");
+        let got = spec.validate(&given);
+        let refusal = got.clone().map_err(Refusal::from);
+        let shown = got.map(Value::Object).map_err(|e| e.to_string());
+        assert_eq!(
+            shown,
+            expected.clone().map_err(str::to_string),
+            "given {given:?}"
+        );
+        // The text is the `bad_rules` detail the edge sends.
+        if let (Err(refusal), Err(detail)) = (refusal, expected) {
+            assert_eq!(refusal, Refusal::with(Reason::BadRules, detail));
+        }
     }
 
     #[test]

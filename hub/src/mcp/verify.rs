@@ -22,6 +22,7 @@
 //! What it deliberately does not do: fetch (the caller hands it the captures) or render
 //! (the caller builds the seat's state from the verified chain).
 
+use games::protocol::RuleError;
 use games::verify::{GameChain, Verdict};
 use games::{Action, Event, Registry, Seat};
 use serde_json::{Map, Value};
@@ -151,7 +152,7 @@ pub fn check_asked(
     let asked = want.rules(&plain_rules(Some(asked)));
     let got = want.rules(&plain_rules(rules));
     if asked.is_err() || asked != got {
-        let shown = |r: &Result<Map<String, Value>, String>| match r {
+        let shown = |r: &Result<Map<String, Value>, RuleError>| match r {
             Ok(r) => Value::Object(r.clone()).to_string(),
             Err(_) => "rules this protocol refuses".into(),
         };

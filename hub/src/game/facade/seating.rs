@@ -70,7 +70,7 @@ impl Hub {
         }
         let rules = protocol
             .rules(&given)
-            .map_err(|d| HubError::Refused(Refusal::with(Reason::BadRules, d)))?;
+            .map_err(|e| HubError::Refused(e.into()))?;
         if req.key.is_some() && !req.signed {
             return Err(HubError::BadRequest("a key needs signed play".into()));
         }
