@@ -334,19 +334,17 @@ impl Established {
         mv: &Value,
         claim: Option<Status>,
     ) -> Result<GameResult, Refusal> {
-        let illegal =
-            |err: crate::protocol::MoveError| Refusal::with(Reason::IllegalMove, err.detail);
         match claim {
             None => {
-                self.board.apply(seat, mv).map_err(illegal)?;
+                self.board.apply(seat, mv).map_err(Refusal::from)?;
                 Ok(self.board.outcome())
             }
             Some(claim) => {
-                let outcome = self.board.outcome_after(seat, mv).map_err(illegal)?;
+                let outcome = self.board.outcome_after(seat, mv).map_err(Refusal::from)?;
                 if outcome.status != claim {
                     return Err(Reason::StatusMismatch.into());
                 }
-                self.board.apply(seat, mv).map_err(illegal)?;
+                self.board.apply(seat, mv).map_err(Refusal::from)?;
                 Ok(outcome)
             }
         }

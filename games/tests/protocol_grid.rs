@@ -31,7 +31,7 @@ fn check(r: &str, rules: Value, moves: &[Value], expected: Expect) {
         assert_eq!(legal, applied, "legal and apply disagree on move {i} {mv}");
         if let Err(e) = applied {
             assert_eq!(i, moves.len() - 1, "move {i} {mv} refused early: {e}");
-            got = Some(Expect::Refused(e.detail));
+            got = Some(Expect::Refused(e.detail()));
         }
     }
     let got = got.unwrap_or_else(|| match board.outcome() {

@@ -45,7 +45,7 @@ fn check(rules: Value, moves: &[Value], expected: Expect) {
         assert_eq!(legal, applied, "legal and apply disagree on move {i} {mv}");
         if let Err(e) = applied {
             assert_eq!(i, moves.len() - 1, "move {i} {mv} refused early: {e}");
-            assert_eq!(Expect::Refused(e.detail), expected, "{moves:?}");
+            assert_eq!(Expect::Refused(e.detail()), expected, "{moves:?}");
             return;
         }
     }

@@ -70,9 +70,7 @@ impl ConnectFourBoard {
             .rev()
             .find(|r| self.grid.get(*r, c).is_none())
             .map(|r| (r, c))
-            .ok_or(MoveError {
-                detail: "column_full",
-            })
+            .ok_or(MoveError::ColumnFull)
     }
 }
 

@@ -16,17 +16,17 @@ use serde_json::{json, Map, Value};
 
 /// A move payload's value as a 0-based coordinate below `bound`.
 pub(crate) fn coordinate(value: &Value, bound: usize) -> Result<usize, MoveError> {
-    const OUT: MoveError = MoveError {
-        detail: "out_of_bounds",
-    };
     if let Some(n) = value.as_i64() {
-        return usize::try_from(n).ok().filter(|n| *n < bound).ok_or(OUT);
+        return usize::try_from(n)
+            .ok()
+            .filter(|n| *n < bound)
+            .ok_or(MoveError::OutOfBounds);
     }
     if value.is_u64() {
         // Beyond i64, so far beyond any board.
-        return Err(OUT);
+        return Err(MoveError::OutOfBounds);
     }
-    Err(MoveError::BAD_MOVE)
+    Err(MoveError::BadMove)
 }
 
 /// The fields of a move payload that must be an object with exactly `names` as keys.
@@ -34,13 +34,13 @@ pub(crate) fn exact_fields<'a, const N: usize>(
     mv: &'a Value,
     names: [&str; N],
 ) -> Result<[&'a Value; N], MoveError> {
-    let map = mv.as_object().ok_or(MoveError::BAD_MOVE)?;
+    let map = mv.as_object().ok_or(MoveError::BadMove)?;
     if map.len() != N {
-        return Err(MoveError::BAD_MOVE);
+        return Err(MoveError::BadMove);
     }
     let mut out = [&Value::Null; N];
     for (slot, name) in out.iter_mut().zip(names) {
-        *slot = map.get(name).ok_or(MoveError::BAD_MOVE)?;
+        *slot = map.get(name).ok_or(MoveError::BadMove)?;
     }
     Ok(out)
 }
@@ -58,10 +58,6 @@ pub(crate) struct Grid {
     /// The seat that resigned, if one did.
     resigned: Option<Seat>,
 }
-
-const GAME_OVER: MoveError = MoveError {
-    detail: "game_over",
-};
 
 impl Grid {
     /// A grid for rules already validated against the spec (rows, cols, winLength).
@@ -103,7 +99,7 @@ impl Grid {
     /// Refuses a move on a finished board (the verifier says `after_end` before asking).
     pub fn check_open(&self) -> Result<(), MoveError> {
         if self.is_over() {
-            Err(GAME_OVER)
+            Err(MoveError::GameOver)
         } else {
             Ok(())
         }

@@ -21,6 +21,7 @@ pub mod specjson;
 pub mod tictactoe;
 
 use crate::event::{Seat, Status};
+use crate::reason::{Reason, Refusal};
 use serde::Serialize;
 use serde_json::{Map, Value};
 pub use spec::{RuleError, RuleFault};
@@ -96,24 +97,56 @@ impl View {
     }
 }
 
-/// A move the protocol refuses; `detail` is the wire detail of `illegal_move`
-/// (`bad_move`, `occupied`, `out_of_bounds`, `column_full`, `commit_mismatch`, `phase`, …).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MoveError {
-    pub detail: &'static str,
+/// Why a protocol refuses a move. [`MoveError::detail`] is its wire text, the detail of
+/// an `illegal_move` refusal; the verifier makes that refusal, the boards never do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MoveError {
+    /// Not a move of this game's shape (missing or extra fields, a field of the wrong type,
+    /// a choice that is no choice).
+    BadMove,
+    /// A coordinate outside the board.
+    OutOfBounds,
+    /// A cell that already holds a mark.
+    Occupied,
+    /// A column with no free cell.
+    ColumnFull,
+    /// A move after the game ended.
+    GameOver,
+    /// Commit-reveal: a commit when a reveal is due, or a reveal when a commit is.
+    Phase,
+    /// Commit-reveal: a reveal whose choice and nonce do not hash to the seat's commit.
+    CommitMismatch,
 }
 
 impl MoveError {
-    pub const BAD_MOVE: MoveError = MoveError { detail: "bad_move" };
+    /// The wire detail of `illegal_move`, e.g. `out_of_bounds`.
+    pub fn detail(self) -> &'static str {
+        match self {
+            MoveError::BadMove => "bad_move",
+            MoveError::OutOfBounds => "out_of_bounds",
+            MoveError::Occupied => "occupied",
+            MoveError::ColumnFull => "column_full",
+            MoveError::GameOver => "game_over",
+            MoveError::Phase => "phase",
+            MoveError::CommitMismatch => "commit_mismatch",
+        }
+    }
 }
 
 impl fmt::Display for MoveError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.detail)
+        f.write_str(self.detail())
     }
 }
 
 impl std::error::Error for MoveError {}
+
+impl From<MoveError> for Refusal {
+    /// A refused move is an `illegal_move` refusal whose detail says why.
+    fn from(err: MoveError) -> Self {
+        Refusal::with(Reason::IllegalMove, err.detail())
+    }
+}
 
 /// What a custodian (the hub for a hub-held seat, or the local agent) must write for the
 /// seat whose turn it is, in a commit-reveal protocol.

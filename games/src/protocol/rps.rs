@@ -151,7 +151,7 @@ fn is_lower_hex(s: &str) -> bool {
 
 /// The payload's shape, before any look at the phase.
 fn parse_move(mv: &Value) -> Result<RpsMove, MoveError> {
-    let map = mv.as_object().ok_or(MoveError::BAD_MOVE)?;
+    let map = mv.as_object().ok_or(MoveError::BadMove)?;
     match (
         map.len(),
         map.get("commit"),
@@ -164,14 +164,12 @@ fn parse_move(mv: &Value) -> Result<RpsMove, MoveError> {
         (2, None, Some(Value::String(choice)), Some(Value::String(nonce)))
             if (16..=64).contains(&nonce.len()) && is_lower_hex(nonce) =>
         {
-            let choice = Choice::parse(choice).ok_or(MoveError::BAD_MOVE)?;
+            let choice = Choice::parse(choice).ok_or(MoveError::BadMove)?;
             Ok(RpsMove::Reveal(choice, nonce.clone()))
         }
-        _ => Err(MoveError::BAD_MOVE),
+        _ => Err(MoveError::BadMove),
     }
 }
-
-const PHASE: MoveError = MoveError { detail: "phase" };
 
 fn idx(seat: Seat) -> usize {
     match seat {
@@ -197,21 +195,17 @@ struct RpsBoard {
 impl RpsBoard {
     fn check(&self, seat: Seat, mv: &RpsMove) -> Result<(), MoveError> {
         match (self.phase, mv) {
-            (Phase::Over, _) => Err(MoveError {
-                detail: "game_over",
-            }),
+            (Phase::Over, _) => Err(MoveError::GameOver),
             (Phase::Commit(s), RpsMove::Commit(_)) if s == seat => Ok(()),
             (Phase::Reveal(s), RpsMove::Reveal(choice, nonce)) if s == seat => {
-                let sealed = self.sealed[idx(seat)].as_ref().ok_or(PHASE)?;
+                let sealed = self.sealed[idx(seat)].as_ref().ok_or(MoveError::Phase)?;
                 if rps_commit(choice.as_str(), nonce) == sealed.commit {
                     Ok(())
                 } else {
-                    Err(MoveError {
-                        detail: "commit_mismatch",
-                    })
+                    Err(MoveError::CommitMismatch)
                 }
             }
-            _ => Err(PHASE),
+            _ => Err(MoveError::Phase),
         }
     }
 

@@ -66,7 +66,7 @@ impl TicTacToeBoard {
         let [row, col] = exact_fields(mv, ["row", "col"])?;
         // Both must be integers before either is judged out of bounds.
         if !(row.is_i64() || row.is_u64()) || !(col.is_i64() || col.is_u64()) {
-            return Err(MoveError::BAD_MOVE);
+            return Err(MoveError::BadMove);
         }
         let (r, c) = (
             coordinate(row, self.grid.rows)?,
@@ -74,7 +74,7 @@ impl TicTacToeBoard {
         );
         self.grid.check_open()?;
         if self.grid.get(r, c).is_some() {
-            return Err(MoveError { detail: "occupied" });
+            return Err(MoveError::Occupied);
         }
         Ok((r, c))
     }

@@ -308,7 +308,7 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
                 .legal(handle.seat, &mv)
                 .map_err(|e| AgentError::Rejected {
                     reason: "illegal_move".into(),
-                    detail: Some(e.detail.to_string()),
+                    detail: Some(e.detail().to_string()),
                 })?;
         }
         let event = handle.next_event(chain, Action::Move, Some(mv));

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use games::reason::{Reason, Refusal};
+use games::protocol::MoveError;
 use games::{Seat, Viewer};
 use tokio::sync::oneshot;
 
@@ -284,7 +284,7 @@ impl Hub {
             tracing::warn!(error = %e, "choice intent: registration not refreshed");
         }
         let choice = custody::parse_choice(&serde_json::json!({ "choice": choice }))
-            .ok_or_else(|| HubError::Refused(Refusal::with(Reason::IllegalMove, "bad_move")))?;
+            .ok_or_else(|| HubError::Refused(MoveError::BadMove.into()))?;
         match self
             .engine
             .ask(inbox, game, Choose { seat, choice })

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use games::protocol::MoveError;
 use games::reason::{Reason, Refusal};
 use games::verify::Prepared;
 use games::{Action, Event, Seat, Viewer};
@@ -137,7 +138,7 @@ impl Hub {
     /// when it is the seat's turn to commit, else held until it is.
     async fn choose(&self, auth: &SeatAuth, choice: Value) -> Result<Posted, HubError> {
         let choice = custody::parse_choice(&choice)
-            .ok_or_else(|| HubError::Refused(Refusal::with(Reason::IllegalMove, "bad_move")))?;
+            .ok_or_else(|| HubError::Refused(MoveError::BadMove.into()))?;
         self.check_capture_cap(&auth.inbox, &auth.game, false)
             .await?;
         if let Some(posted) = self.forward_choice(auth, choice).await? {
