@@ -337,7 +337,7 @@ impl SeatHandle {
         let hash = games::canonical::hash_hex(&event);
         if let Some(s) = &rec.signed {
             if event.seq < s.seq || (event.seq == s.seq && hash != s.hash) {
-                let what = s.what.as_deref().unwrap_or("another event");
+                let what = described(s, "another event");
                 return Err(AgentError::Usage(format!(
                     "this agent already signed {what} at seq {} of this game, and the hub has not \
 answered whether it recorded it; it never signs two events at one seq, so only that one can be \
@@ -393,7 +393,7 @@ sent again (game_move with that very move, or game_resign if it was a resign)",
 /// 5xx), with what the seat may do next.
 fn unsettled(e: AgentError, signed: Option<&Signed>) -> AgentError {
     let Some(s) = signed else { return e };
-    let what = s.what.as_deref().unwrap_or("an event");
+    let what = described(s, "an event");
     let next = format!(
         "the hub did not say whether it recorded {what} (seq {}); it is the only event this seat \
 may send there now: game_move with that very move (or game_resign if it was a resign) sends it \
@@ -420,15 +420,26 @@ again, and game_board shows whether it was played",
     }
 }
 
-/// What an event does, in the words the agent uses to the person.
+/// What an event does, in the words the agent uses to the person. The agent's own
+/// rock-paper-scissors events are named, never quoted: a reveal carries the nonce.
 fn describe(event: &Event) -> String {
     match (event.action, &event.mv) {
         (Action::Resign, _) => "a resign".into(),
         (Action::Start, _) => "the start".into(),
         (_, Some(mv)) if mv.get("commit").is_some() => "a commit".into(),
-        (_, Some(mv)) if mv.get("reveal").is_some() => "a reveal".into(),
+        (_, Some(mv)) if mv.get("nonce").is_some() => "a reveal".into(),
         (_, Some(mv)) => format!("the move {mv}"),
         (_, None) => "a move".into(),
+    }
+}
+
+/// A signed event's description as a tool repeats it. A seat file written before reveals
+/// were named rather than quoted holds a reveal's nonce in it: that one is not repeated.
+fn described<'a>(s: &'a Signed, otherwise: &'a str) -> &'a str {
+    match s.what.as_deref() {
+        Some(w) if w.contains("\"nonce\"") => "a reveal",
+        Some(w) => w,
+        None => otherwise,
     }
 }
 
@@ -451,4 +462,72 @@ pub fn is_custodial(chain: &GameChain) -> bool {
     chain
         .protocol()
         .is_some_and(|p| custody::is_custodial(p.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reveal of `choice`, as the agent writes it, and its nonce.
+    fn reveal(choice: &str) -> (Event, String) {
+        let secret = [7u8; 32];
+        let c = Custodian {
+            secret: &secret,
+            inbox: "default",
+            game: "g",
+        };
+        let commit = c.commit_move(Seat::X, 1, choice);
+        let mv = c
+            .reveal_move(Seat::X, 1, commit["commit"].as_str().unwrap_or_default())
+            .unwrap_or_default();
+        let nonce = mv["nonce"].as_str().unwrap_or_default().to_string();
+        assert_eq!(nonce.len(), 64, "{mv}");
+        let event = Event {
+            game: "g".into(),
+            seq: 3,
+            prev_hash: "0".repeat(64),
+            player: Seat::X,
+            action: Action::Move,
+            mv: Some(mv),
+            protocol: None,
+            rules: None,
+            status: None,
+            sig: None,
+        };
+        (event, nonce)
+    }
+
+    #[test]
+    fn a_signed_reveal_is_named_never_quoted_so_its_nonce_stays_out_of_any_answer() {
+        let (event, nonce) = reveal("paper");
+        let what = describe(&event);
+        assert_eq!(what, "a reveal");
+        let signed = Signed {
+            seq: 3,
+            hash: "h".into(),
+            accepted: false,
+            what: Some(what),
+        };
+        let lost = unsettled(AgentError::Transport("lost".into()), Some(&signed));
+        assert!(lost.to_string().contains("a reveal"), "{lost}");
+        // A seat file from before holds the reveal quoted: it is not repeated.
+        let old = Signed {
+            what: Some(format!("the move {}", event.mv.clone().unwrap_or_default())),
+            ..signed
+        };
+        let failed = AgentError::Hub {
+            status: 503,
+            code: "unavailable".into(),
+            detail: None,
+            retry_after: None,
+        };
+        let text = unsettled(failed, Some(&old)).to_string();
+        assert!(!text.contains(&nonce), "{text}");
+        assert!(text.contains("a reveal"), "{text}");
+        let mv = Event {
+            mv: Some(serde_json::json!({"row": 2, "col": 1})),
+            ..event
+        };
+        assert_eq!(describe(&mv), "the move {\"col\":1,\"row\":2}");
+    }
 }
