@@ -152,26 +152,32 @@ impl ServerHandler for Tools {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
-        let name = request.name.to_string();
-        tracing::info!(tool = %name, "tool call");
         // A client that gives up on a call (a long game_wait) cancels it; whatever was
         // posted by then is in the log, and the next call verifies it like any other.
-        let outcome = tokio::select! {
-            outcome = self.dispatch(&name, &args) => outcome,
-            () = context.ct.cancelled() => Err(AgentError::Usage("the call was cancelled".into())),
+        let result = tokio::select! {
+            result = self.call(&request.name, &args) => result,
+            () = context.ct.cancelled() => failure(&AgentError::Usage("the call was cancelled".into())),
         };
-        let result = match outcome {
+        Ok(result.into())
+    }
+}
+
+impl Tools {
+    /// One tool call, with its arguments as the client sent them. Whatever they are, the
+    /// answer is a result: an agent's error is one with `isError`, never a protocol error.
+    async fn call(&self, name: &str, args: &Map<String, Value>) -> CallToolResult {
+        tracing::info!(tool = %name, "tool call");
+        match self.dispatch(name, args).await {
             Ok(Outcome::Answer(a)) => success(a),
             Ok(Outcome::List(v)) => listing(v),
             Err(e) => {
                 tracing::info!(tool = %name, error = e.code(), "tool error");
-                match self.true_state(&name, &args, &e).await {
+                match self.true_state(name, args, &e).await {
                     Some(answer) => refusal(&e, answer),
                     None => failure(&e),
                 }
             }
-        };
-        Ok(result.into())
+        }
     }
 }
 
@@ -396,6 +402,10 @@ hub says about this game, and tell your person."
     result.content = vec![ContentBlock::text(state::escape(&text))];
     result
 }
+
+#[cfg(test)]
+#[path = "tools_arguments.rs"]
+mod arguments;
 
 #[cfg(test)]
 mod tests {
