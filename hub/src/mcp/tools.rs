@@ -166,12 +166,13 @@ impl Tools {
     /// One tool call, with its arguments as the client sent them. Whatever they are, the
     /// answer is a result: an agent's error is one with `isError`, never a protocol error.
     async fn call(&self, name: &str, args: &Map<String, Value>) -> CallToolResult {
-        tracing::info!(tool = %name, "tool call");
+        let name_logged = logged(name);
+        tracing::info!(tool = %name_logged, "tool call");
         match self.dispatch(name, args).await {
             Ok(Outcome::Answer(a)) => success(a),
             Ok(Outcome::List(v)) => listing(v),
             Err(e) => {
-                tracing::info!(tool = %name, error = e.code(), "tool error");
+                tracing::info!(tool = %name_logged, error = e.code(), "tool error");
                 match self.true_state(name, args, &e).await {
                     Some(answer) => refusal(&e, answer),
                     None => failure(&e),
@@ -261,6 +262,24 @@ impl Tools {
         let game = args.get("game")?.as_str()?;
         self.agent.board(game).await.ok()
     }
+}
+
+/// A tool's name as the log writes it. A name no tool has is the client's text, which
+/// could hold a line break (a forged log line) or be huge: it is not written.
+fn logged(name: &str) -> &str {
+    const NAMES: [&str; 7] = [
+        "game_new",
+        "game_join",
+        "game_move",
+        "game_board",
+        "game_wait",
+        "game_resign",
+        "game_list",
+    ];
+    NAMES
+        .into_iter()
+        .find(|n| *n == name)
+        .unwrap_or("(no such tool)")
 }
 
 /// `game_wait`'s `timeoutSeconds`: a whole number of seconds, written `30` or `30.0` (some
