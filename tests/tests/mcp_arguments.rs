@@ -420,7 +420,7 @@ fn stray_files(root: &Path) -> Vec<PathBuf> {
 fn any_tool_arguments_are_answered_with_a_reason_and_no_secret() {
     let table = RefCell::new(Table::new());
     let mut runner = TestRunner::new(Config {
-        cases: 100,
+        cases: 64,
         max_shrink_iters: 16,
         failure_persistence: None,
         ..Config::default()
