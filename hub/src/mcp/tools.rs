@@ -316,11 +316,25 @@ fn whole_numbers_in(object: &Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
+/// Refuses an argument the tool does not take, naming the ones it does. A name longer than
+/// any of those is cut, so that a huge one does not come back whole in the detail and the
+/// text both.
 fn only(args: &Map<String, Value>, allowed: &[&str]) -> Result<(), AgentError> {
-    match args.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(AgentError::Usage(format!("unknown argument {k}"))),
-        None => Ok(()),
-    }
+    const SHOWN: usize = 64;
+    let Some(k) = args.keys().find(|k| !allowed.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    let name = match k.char_indices().nth(SHOWN) {
+        None => k.clone(),
+        Some((cut, _)) => format!("{}… ({} characters)", &k[..cut], k.chars().count()),
+    };
+    let takes = match allowed {
+        [] => "no arguments".to_string(),
+        _ => allowed.join(", "),
+    };
+    Err(AgentError::Usage(format!(
+        "unknown argument {name}; this tool takes {takes}"
+    )))
 }
 
 fn string<'a>(args: &'a Map<String, Value>, key: &str) -> Result<&'a str, AgentError> {
@@ -442,6 +456,32 @@ mod tests {
             let e = secs(bad.clone()).expect_err("refused").to_string();
             assert!(e.contains("0 to 300"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn an_unknown_argument_is_named_cut_when_huge_with_what_the_tool_takes() {
+        let refused = |args: Value, allowed: &[&str]| {
+            let Value::Object(args) = args else {
+                unreachable!()
+            };
+            only(&args, allowed).expect_err("refused").to_string()
+        };
+        assert_eq!(
+            refused(json!({"game": "g", "mvoe": {}}), &["game", "move"]),
+            "unknown argument mvoe; this tool takes game, move"
+        );
+        assert_eq!(
+            refused(json!({"x": 1}), &[]),
+            "unknown argument x; this tool takes no arguments"
+        );
+        let huge = "k".repeat(100_000);
+        let e = refused(json!({ huge.clone(): 1 }), &["game"]);
+        assert!(e.len() < 200, "{} bytes", e.len());
+        assert!(e.contains("(100000 characters)"), "{e}");
+        let Value::Object(fine) = json!({"game": "g"}) else {
+            unreachable!()
+        };
+        assert!(only(&fine, &["game"]).is_ok());
     }
 
     #[test]
