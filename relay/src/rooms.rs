@@ -238,6 +238,21 @@ impl Rooms {
         watchers
     }
 
+    /// How many publications of the game wait in its subscribers' queues, not yet taken:
+    /// zero once every socket watching it has taken all that was published. (A subscriber
+    /// handles what it takes at once, so a test can wait on this, instead of sleeping, to
+    /// know that its sockets have seen a publication.)
+    pub fn unread(&self, inbox: &str, game: &str) -> usize {
+        self.inner
+            .rooms
+            .get(&(inbox, game) as &dyn GameIds)
+            .map_or(0, |room| {
+                room.iter()
+                    .map(|sub| sub.mailbox.lock().waiting.len())
+                    .sum()
+            })
+    }
+
     /// Hands a publication to every subscriber of the game without waiting, dropping those
     /// whose queue is full. Returns how many received it.
     pub fn publish(&self, inbox: &str, game: &str, delivery: Delivery) -> usize {
@@ -360,12 +375,14 @@ mod tests {
         );
         assert!(!rooms.watchers("j", "g").any());
         assert_eq!(rooms.publish("i", "g", delivery(1)), 2);
-        for sub in [&mut a, &mut b] {
+        assert_eq!((rooms.unread("i", "g"), rooms.unread("i", "h")), (2, 0));
+        for (sub, unread) in [(&mut a, 1), (&mut b, 0)] {
             let got = sub.recv().await.expect("a delivery");
             assert_eq!(
                 got.views.for_seat(Some(Seat::O)).and_then(StateFrame::seq),
                 Some(1)
             );
+            assert_eq!(rooms.unread("i", "g"), unread);
         }
         assert!(other.mailbox.lock().waiting.is_empty());
         // Both subscribers share one delivery: nothing was copied per socket.

@@ -4,6 +4,11 @@
 //! The script publishes each accepted move into the rooms *before* answering the mover, as
 //! the hub's actors do, so these tests pin down the session's ordering rules: the mover
 //! gets exactly one state per move, carrying its ref; everyone else gets it once, without.
+//!
+//! No test sleeps to put one event before another: the script answers a move only once
+//! every socket in the room has taken its publication ([`Rooms::unread`]), a publication
+//! meant to come after the answer is made by the test once the answer has arrived, and
+//! "nothing else was sent" is checked by a later move whose answer must come next.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,13 +33,17 @@ struct Script {
     seq: AtomicU64,
     /// How many plays the scripted limiter lets through.
     budget: AtomicU64,
-    /// Publish each accepted move only after answering the mover (the other order).
-    late: bool,
+    /// Publish each accepted move only after answering the mover (the other order): the
+    /// script keeps the publication here, and the test makes it once the answer arrived.
+    late: Option<Late>,
     /// Why each socket that closed did, in the order they closed.
     closed: Closed,
 }
 
 type Closed = Arc<Mutex<Vec<Ended>>>;
+
+/// Publications of accepted moves held back for the test to make, in the late order.
+type Late = Arc<Mutex<Vec<Delivery>>>;
 
 impl Script {
     fn frame(&self, seat: Option<Seat>, seq: u64) -> StateFrame {
@@ -49,6 +58,26 @@ impl Script {
             o: Some(self.frame(Some(Seat::O), seq)),
             spectator: Some(self.frame(None, seq)),
         }
+    }
+
+    /// Waits until every socket in the room has taken what was published, so that the
+    /// answer that follows comes after it. The mover's own session takes it while this
+    /// play waits (both run on its one task), the others on the relay's worker.
+    async fn seen(&self) {
+        taken(&self.rooms).await;
+    }
+}
+
+/// Waits, within [`WAIT`], until every socket in the game's room has taken every
+/// publication (a session handles what it takes at once).
+async fn taken(rooms: &Rooms) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while rooms.unread("i", "g") > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the room's sockets did not take its publications within {WAIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -111,7 +140,7 @@ impl Games for Script {
                 self.rooms.publish("i", "g", delivery);
             }
             self.seq.store(now + 3, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.seen().await;
             return Ok(Outcome::Accepted(self.frame(Some(seat.seat), now + 1)));
         }
         let seq = now + 1;
@@ -126,23 +155,19 @@ impl Games for Script {
             // Another socket of the same seat won this seq: its event is published (to
             // every socket of the seat, this one too) before this move is refused.
             self.rooms.publish("i", "g", delivery);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.seen().await;
             return Ok(Outcome::Rejected {
                 error: "stale_seq".into(),
                 detail: None,
                 state: self.frame(Some(seat.seat), seq),
             });
         }
-        if self.late {
-            let rooms = self.rooms.clone();
-            actix_rt::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                rooms.publish("i", "g", delivery);
-            });
+        if let Some(late) = &self.late {
+            late.lock().expect("not poisoned").push(delivery);
         } else {
             self.rooms.publish("i", "g", delivery);
-            // Give the publication time to reach the sockets before the answer does.
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // The publication reaches the sockets before the answer does.
+            self.seen().await;
         }
         Ok(Outcome::Accepted(self.frame(Some(seat.seat), seq)))
     }
@@ -164,25 +189,45 @@ async fn start(budget: u64) -> String {
 }
 
 async fn start_with(budget: u64, heartbeat: Heartbeat) -> String {
-    serve(budget, heartbeat, false).await
+    serve_recording(budget, heartbeat, false).await.url
 }
 
-async fn serve(budget: u64, heartbeat: Heartbeat, late: bool) -> String {
-    serve_recording(budget, heartbeat, late).await.0
+/// A relay under test, and the script's handles the tests look at or drive.
+struct Served {
+    url: String,
+    /// What the relay reported of each socket's end.
+    closed: Closed,
+    rooms: Rooms,
+    /// In the late order, the publications the test is to make.
+    late: Late,
 }
 
-/// [`serve`], with what the relay reports of each socket's end.
-async fn serve_recording(budget: u64, heartbeat: Heartbeat, late: bool) -> (String, Closed) {
+impl Served {
+    /// Makes the publications held back in the late order, and waits until every socket
+    /// has taken them.
+    async fn publish_late(&self) {
+        let held = std::mem::take(&mut *self.late.lock().expect("not poisoned"));
+        for delivery in held {
+            self.rooms.publish("i", "g", delivery);
+        }
+        taken(&self.rooms).await;
+    }
+}
+
+/// A relay whose script allows `budget` plays, publishing each accepted move before its
+/// answer or, `late`, after it; with handles on what the script sees.
+async fn serve_recording(budget: u64, heartbeat: Heartbeat, late: bool) -> Served {
     let rooms = Rooms::new();
     let closed = Closed::default();
+    let held = Late::default();
     let script = Script {
         rooms: rooms.clone(),
         seq: AtomicU64::new(0),
         budget: AtomicU64::new(budget),
-        late,
+        late: late.then(|| held.clone()),
         closed: closed.clone(),
     };
-    let relay = Relay::new(Arc::new(script), rooms).with_heartbeat(heartbeat);
+    let relay = Relay::new(Arc::new(script), rooms.clone()).with_heartbeat(heartbeat);
     let server = HttpServer::new(move || App::new().configure(relay::configure(relay.clone())))
         .workers(1)
         .disable_signals()
@@ -190,7 +235,12 @@ async fn serve_recording(budget: u64, heartbeat: Heartbeat, late: bool) -> (Stri
         .expect("a free port");
     let addr = server.addrs()[0];
     actix_rt::spawn(server.run());
-    (format!("ws://{addr}/v1/ws"), closed)
+    Served {
+        url: format!("ws://{addr}/v1/ws"),
+        closed,
+        rooms,
+        late: held,
+    }
 }
 
 /// Waits, within [`WAIT`], until the relay has reported `n` sockets' ends; returns them.
@@ -285,8 +335,15 @@ async fn the_mover_gets_one_state_with_its_ref_and_everyone_else_one_without() {
             json!({"t": "game.state", "game": "g", "seat": null, "seq": seq})
         );
     }
-    // Nothing else was sent: no duplicate of the mover's own publication.
-    assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
+    // Nothing else was sent, no duplicate of the mover's own publication: what comes next
+    // is the next move's state, on every socket.
+    send(&mut x, json!({"t": "game.move", "move": {}, "ref": "d"})).await;
+    assert_eq!(
+        recv(&mut x).await,
+        json!({"t": "game.state", "ref": "d", "game": "g", "seat": "X", "seq": 4})
+    );
+    assert_eq!(recv(&mut o).await["seq"], 4);
+    assert_eq!(recv(&mut watcher).await["seq"], 4);
 }
 
 #[actix_rt::test]
@@ -301,47 +358,50 @@ async fn a_move_that_makes_several_events_shows_each_in_order_with_the_ref_on_it
         json!({"t": "game.move", "move": {"custodial": true}, "ref": "c"}),
     )
     .await;
+    // A plain move after it, answered as before; the socket runs one command at a time,
+    // so everything the first one sent comes before the second one's answer.
+    send(&mut x, json!({"t": "game.move", "move": {}, "ref": "d"})).await;
     let mut seen = Vec::new();
-    while let Some(frame) = next(&mut x, Duration::from_millis(300)).await {
+    loop {
+        let frame = recv(&mut x).await;
         seen.push((frame["seq"].clone(), frame.get("ref").cloned()));
+        if frame["ref"] == "d" {
+            break;
+        }
     }
     assert_eq!(
         seen,
         [
             (json!(1), Some(json!("c"))),
             (json!(2), None),
-            (json!(3), None)
+            (json!(3), None),
+            (json!(4), Some(json!("d")))
         ]
     );
-    for seq in 1..=3 {
+    for seq in 1..=4 {
         assert_eq!(recv(&mut o).await["seq"], seq);
     }
-    // A plain move after it is answered as before.
-    send(&mut x, json!({"t": "game.move", "move": {}, "ref": "d"})).await;
-    assert_eq!(
-        recv(&mut x).await,
-        json!({"t": "game.state", "ref": "d", "game": "g", "seat": "X", "seq": 4})
-    );
 }
 
 #[actix_rt::test]
 async fn a_publication_that_comes_after_the_answer_is_not_shown_twice() {
-    let url = serve(100, Heartbeat::default(), true).await;
-    let mut x = seated(&url, "tx").await;
-    let mut o = seated(&url, "to").await;
-    for (seq, r) in [(1, "a"), (2, "b")] {
+    let served = serve_recording(100, Heartbeat::default(), true).await;
+    let mut x = seated(&served.url, "tx").await;
+    let mut o = seated(&served.url, "to").await;
+    for (seq, r) in [(1, "a"), (2, "b"), (3, "c")] {
         send(&mut x, json!({"t": "game.move", "move": {}, "ref": r})).await;
+        // What the previous move's publication might have sent again comes first.
         assert_eq!(
             recv(&mut x).await,
             json!({"t": "game.state", "ref": r, "game": "g", "seat": "X", "seq": seq})
         );
+        // The answer has arrived: now the publication.
+        served.publish_late().await;
         assert_eq!(
             recv(&mut o).await,
             json!({"t": "game.state", "game": "g", "seat": "O", "seq": seq})
         );
     }
-    // The mover's own publication came after its answer, and was not sent again.
-    assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
 }
 
 #[actix_rt::test]
@@ -363,7 +423,12 @@ async fn a_move_that_lost_its_seq_to_the_same_seat_sees_the_winners_state_once()
         recv(&mut x).await,
         json!({"t": "game.state", "game": "g", "seat": "X", "seq": 1})
     );
-    assert_eq!(next(&mut x, Duration::from_millis(300)).await, None);
+    // Once: what comes next is the next move's answer.
+    send(&mut x, json!({"t": "game.move", "move": {}, "ref": "m"})).await;
+    assert_eq!(
+        recv(&mut x).await,
+        json!({"t": "game.state", "ref": "m", "game": "g", "seat": "X", "seq": 2})
+    );
 }
 
 #[actix_rt::test]
@@ -508,7 +573,7 @@ async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
         interval: Duration::from_millis(50),
         timeout: Duration::from_millis(200),
     };
-    let (url, closed) = serve_recording(10, heartbeat, false).await;
+    let Served { url, closed, .. } = serve_recording(10, heartbeat, false).await;
     let mut silent = seated(&url, "tx").await;
     let mut lively = seated(&url, "to").await;
     // The client library answers pings only while it reads: the lively one reads, the
@@ -534,7 +599,7 @@ async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
 
 #[actix_rt::test]
 async fn each_socket_that_ends_is_reported_with_its_cause() {
-    let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
+    let Served { url, closed, .. } = serve_recording(10, Heartbeat::default(), false).await;
     // A close frame.
     let mut ws = seated(&url, "tx").await;
     ws.close(None).await.expect("closed");
@@ -555,7 +620,7 @@ async fn each_socket_that_ends_is_reported_with_its_cause() {
 
 #[actix_rt::test]
 async fn a_message_in_fragments_over_the_limit_is_too_large_as_one_frame_is() {
-    let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
+    let Served { url, closed, .. } = serve_recording(10, Heartbeat::default(), false).await;
     let mut ws = seated(&url, "tx").await;
     // A text message in three masked fragments of 2,000 bytes (a zero mask): 6,000 in all.
     let fragment = |opcode: u8, fin: bool| {
@@ -583,7 +648,7 @@ async fn a_message_in_fragments_over_the_limit_is_too_large_as_one_frame_is() {
 async fn a_frame_that_declares_more_than_the_limit_is_refused_at_its_header() {
     // Before, the relay read an oversized frame to its end before refusing it, and a
     // client that declared 2^40 bytes and kept sending filled the hub's memory.
-    let (url, closed) = serve_recording(10, Heartbeat::default(), false).await;
+    let Served { url, closed, .. } = serve_recording(10, Heartbeat::default(), false).await;
     let mut ws = seated(&url, "tx").await;
     // A masked text frame declaring 2^40 bytes, and its first 64 KiB.
     let mut raw = vec![0x81u8, 0xff, 0, 0, 0x01, 0, 0, 0, 0, 0, 1, 2, 3, 4];
