@@ -267,6 +267,10 @@ fn the_rate_limit_refuses_with_retry_after_and_recovers() {
     // Reads do not count.
     assert_eq!(c.get(&hub.url("/v1/inboxes/rl/games")).status, 200);
 
+    // The time the hub asked for, waited out: the bucket's refill (a token a second at
+    // 3/3) is what is tested, and a machine slower than this one only lengthens the wait.
+    // A faster refill (the flag takes any window) would let the refusals above turn into
+    // acceptances on a slow machine, and Retry-After is whole seconds anyway.
     std::thread::sleep(Duration::from_secs(wait));
     let again = c.post(&url, None, &start_event("g3"));
     assert_eq!(again.status, 201, "{}", again.body);
@@ -370,6 +374,33 @@ fn made_up_methods_do_not_grow_the_metrics() {
     );
 }
 
+/// Whether process `pid` has accepted `conn`: one of its descriptors is the socket at the
+/// other end of it (`/proc/net/tcp` names each socket's ends and its inode).
+fn holds_connection(pid: u32, conn: &std::net::TcpStream) -> bool {
+    let hex_port = |a: std::net::SocketAddr| format!(":{:04X}", a.port());
+    let (ours, theirs) = (
+        conn.local_addr().expect("an address"),
+        conn.peer_addr().expect("an address"),
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    // The hub's end: local address the hub's, remote address ours.
+    let inode = table.lines().skip(1).find_map(|line| {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let ends = (cols.get(1)?, cols.get(2)?);
+        (ends.0.ends_with(&hex_port(theirs)) && ends.1.ends_with(&hex_port(ours)))
+            .then(|| cols.get(9).map(|i| format!("socket:[{i}]")))
+            .flatten()
+    });
+    let Some(inode) = inode else {
+        return false;
+    };
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == inode))
+}
+
 /// A hub told to stop says so on `/readyz` at once, while it still drains the requests in
 /// flight, so that a load balancer sends it nothing new; it used to answer 200 there
 /// until its main address had closed.
@@ -387,8 +418,18 @@ fn a_stopping_hub_is_not_ready_while_it_drains() {
         b"POST /v1/inboxes/drain/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
     )
     .expect("half a request");
-    std::thread::sleep(Duration::from_millis(200));
-    let pid = hub.pid().expect("running").to_string();
+    let pid = hub.pid().expect("running");
+    // Not before the hub has taken the connection: a stop that came first would find no
+    // request to wait for.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !holds_connection(pid, &slow) {
+        assert!(
+            Instant::now() < deadline,
+            "the hub never took the connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = pid.to_string();
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status();

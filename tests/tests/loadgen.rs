@@ -206,9 +206,15 @@ fn a_run_refused_its_pairs_leaves_no_game_waiting_and_names_the_limit() {
 #[test]
 fn a_hub_that_dies_mid_run_fails_the_run() {
     let mut hub = Hub::start(HUB_FLAGS);
-    let run = Run::start(&hub, &["--games", "4", "--duration", "6"]);
-    // Seating four games takes well under a second here; the clock then runs for 6 s.
-    std::thread::sleep(Duration::from_secs(3));
+    let run = Run::start(&hub, &["--games", "4", "--duration", "3"]);
+    // Killed once the run is under way: moves are coming, so the four tables are seated and
+    // the clock, which starts then and runs for 3 s, has not run out (the events are the
+    // games' starts and their moves; a look at the metrics takes milliseconds).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&hub, "pipehub_events_total") < 8.0 {
+        assert!(Instant::now() < deadline, "the run never got under way");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     hub.kill9();
     let (code, report, err) = run.finish(Duration::from_secs(60));
     assert_eq!(code, 1, "report: {report}");
