@@ -57,6 +57,8 @@ struct Shared {
     refuse: AtomicUsize,
     /// The hub's answer to the last create that went through.
     created: Mutex<Value>,
+    /// How many answers the proxy has lost (`LoseAnswer`, `LosePostAnswer`).
+    lost: AtomicUsize,
 }
 
 /// A one-request-per-connection HTTP proxy that may rewrite capture listings.
@@ -75,6 +77,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             lie: Mutex::new(Lie::None),
             refuse: AtomicUsize::new(0),
+            lost: AtomicUsize::new(0),
             created: Mutex::new(Value::Null),
         });
         let stop = Arc::new(AtomicBool::new(false));
@@ -161,6 +164,9 @@ fn serve(conn: TcpStream, upstream: &str, shared: &Shared) -> std::io::Result<()
     reader.read_exact(&mut body)?;
     if lie == Lie::Hang {
         // Longer than the agent's requests wait (20 s); the connection then just closes.
+        // A fixed wait, as a hub that hangs never answers: what it must outlast is the
+        // agent's request timeout, a constant with no flag to shorten it, and no test waits
+        // on this thread (a test that makes the hub hang waits on the agent instead).
         std::thread::sleep(Duration::from_secs(25));
         return Ok(());
     }
@@ -190,6 +196,7 @@ fn serve(conn: TcpStream, upstream: &str, shared: &Shared) -> std::io::Result<()
                 serde_json::from_str(&text).unwrap_or(Value::Null);
         }
         if lie == Lie::LoseAnswer || (posted_event && lie == Lie::LosePostAnswer) {
+            shared.lost.fetch_add(1, Ordering::SeqCst);
             return Ok(());
         }
         let text = if path.contains("/events?") && status == 200 {
@@ -653,8 +660,9 @@ fn a_move_whose_answer_is_lost_is_named_as_the_only_one_that_may_be_sent_again()
 
 #[test]
 fn a_wait_outlives_a_hub_that_cannot_be_reached_for_a_moment() {
-    // The hub drops every connection for 2 s (as while it restarts), then the opponent
-    // moves: a wait of 12 s sees the move, not the outage.
+    // The hub drops every connection (as while it restarts) until the wait has met the
+    // outage twice, a look and the look it tries again, then the opponent moves: a wait of
+    // 12 s sees the move, not the outage.
     let mut t = Table::new("pipehub:tic-tac-toe", None);
     let game = t.game.clone();
     t.x.ok(
@@ -668,7 +676,14 @@ fn a_wait_outlives_a_hub_that_cannot_be_reached_for_a_moment() {
     let t0 = std::time::Instant::now();
     let waited = std::thread::scope(|scope| {
         scope.spawn(|| {
-            std::thread::sleep(Duration::from_secs(2));
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while proxy.shared.lost.load(Ordering::SeqCst) < 2 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the wait never met the outage"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
             proxy.lie(Lie::None);
             let path = format!("/v1/inboxes/default/games/{game}/moves");
             let r = pipehub_tests::Client::new().post(
@@ -716,7 +731,10 @@ fn a_game_registered_with_another_protocol_or_rules_is_never_started() {
         pair(&hub, &registered["pairingCode"]);
         let waited = x.call("game_wait", json!({"game": game, "timeoutSeconds": 3}));
         assert_failed(&waited, named);
-        std::thread::sleep(Duration::from_secs(1));
+        // A seat's syncs (where the start would be written) run one at a time: once a
+        // second look has failed too, what the watcher began on O's pairing is done.
+        let again = x.call("game_wait", json!({"game": game, "timeoutSeconds": 1}));
+        assert_failed(&again, named);
         assert!(
             events(&hub, &game).is_empty(),
             "{asked}: no start was written"
