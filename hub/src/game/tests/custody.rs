@@ -228,7 +228,6 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
     }
     assert_eq!(seq, 2);
     // It is X's agent's turn to reveal; the hub writes nothing for an agent-held seat.
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let s = f
         .hub
         .state(INBOX, &x.game, Viewer::Spectator)
@@ -237,6 +236,18 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
     assert_eq!(s.seq, Some(2));
     let spectator = serde_json::to_string(&s).expect("json");
     assert!(!spectator.contains("\"paper\"") && !spectator.contains("pendingChoice"));
+    // Nor later: the agent's own reveal is the next event, where anything the hub had
+    // written for X since would have made it stale.
+    let reveal = json!({"choice": "rock", "nonce": nonce});
+    let ev = sign(event(
+        &x.game,
+        3,
+        &s.head.expect("a head"),
+        Seat::X,
+        Some(reveal),
+    ));
+    let p = post(&f, ev, Some(x.clone())).await.expect("reveal");
+    assert_eq!(p.verdict, Verdict::Accepted, "{:?}", p.refusal);
 }
 
 #[actix_rt::test]

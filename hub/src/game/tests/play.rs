@@ -415,6 +415,10 @@ async fn a_listing_after_a_restart_does_not_keep_the_games_it_lists_in_memory() 
         1,
         "the listed games left memory"
     );
+    // A game only listed stops once it has lingered 500 ms untouched, the one read too if
+    // it were taken for one: its timer and the others' fire on their own, with nothing to
+    // wait on, so the test waits three times the linger (and 40 times less than the idle
+    // time, which a slow machine does not reach).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         g.hub.resident_actors(),

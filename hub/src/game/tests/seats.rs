@@ -256,6 +256,8 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     c.code_ttl = Duration::ZERO;
     let g = open(c).await;
     let e = g.hub.create_game(INBOX, req(), "p").await.expect("created");
+    // A code expires once the clock is past its expiry, by a millisecond at least: a wait
+    // the test needs, and one a slow machine only lengthens.
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(
         pair_error(&g.hub, &e.pairing_code).await,
