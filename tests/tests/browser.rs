@@ -48,6 +48,28 @@ const CHECKED: &str = "document.getElementById('chain-check').dataset.ok || ''";
 const CHECK_TEXT: &str = "document.getElementById('chain-check').textContent";
 const ALERT: &str =
     "(() => { const a = document.getElementById('alert'); return !a.hidden && a.textContent; })()";
+/// Counts the page's requests from here on in `window.openRequests`: each one is open from
+/// its `fetch` until a task after its answer's body was read, by when the page has handled
+/// the answer (what it does with it follows at once). A test that waits for none to be
+/// open knows that no answer is still to come, without waiting for a fixed time.
+const COUNT_REQUESTS: &str = "(() => {
+  if (window.openRequests !== undefined) return true;
+  window.openRequests = 0;
+  const close = () => setTimeout(() => { window.openRequests -= 1; }, 0);
+  const fetch = window.fetch;
+  window.fetch = (...args) => {
+    window.openRequests += 1;
+    return fetch(...args).then((res) => {
+      for (const read of ['json', 'text']) {
+        const body = res[read].bind(res);
+        res[read] = () => body().finally(close);
+      }
+      return res;
+    }, (e) => { close(); throw e; });
+  };
+  return true;
+})()";
+const OPEN_REQUESTS: &str = "window.openRequests";
 /// Every region a screen reader reads out by itself when it changes.
 const LIVE: &str =
     "[aria-live]:not([aria-live=\"off\"]), [role=\"alert\"], [role=\"status\"], [role=\"log\"]";
@@ -890,19 +912,22 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
     assert_eq!(state.status, 200, "{}", state.body);
     assert_ne!(state.json()["phase"], "waiting", "{}", state.body);
 
-    // A double click on Cancel cancels once, and says so.
+    // A double click on Cancel cancels once, and says so, once every answer is in.
     create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    eval(&x, COUNT_REQUESTS).await;
     eval(
         &x,
         "(() => { const b = document.getElementById('cancel-game'); b.click(); b.click(); return true; })()",
     )
     .await;
     wait_eq(&x, "X", ALERT, json!("The game was cancelled.")).await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    wait_eq(&x, "X", OPEN_REQUESTS, json!(0)).await;
     assert_eq!(eval(&x, ALERT).await, json!("The game was cancelled."));
 
-    // A double click on List lists each game once (the spectator is in the lobby).
+    // A double click on List lists each game once (the spectator is in the lobby), once
+    // both answers are in.
     type_into(&s, "#list-inbox", inbox).await;
+    eval(&s, COUNT_REQUESTS).await;
     eval(
         &s,
         "(() => { const b = document.getElementById('list-button'); b.click(); b.click(); return true; })()",
@@ -910,7 +935,7 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
     .await;
     let rows = "document.querySelectorAll('#game-list button[data-game]').length";
     wait_eq(&s, "spectator", &format!("{rows} > 0"), json!(true)).await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    wait_eq(&s, "spectator", OPEN_REQUESTS, json!(0)).await;
     assert_eq!(
         eval(
             &s,
