@@ -267,19 +267,10 @@ impl Tools {
 /// A tool's name as the log writes it. A name no tool has is the client's text, which
 /// could hold a line break (a forged log line) or be huge: it is not written.
 fn logged(name: &str) -> &str {
-    const NAMES: [&str; 7] = [
-        "game_new",
-        "game_join",
-        "game_move",
-        "game_board",
-        "game_wait",
-        "game_resign",
-        "game_list",
-    ];
-    NAMES
-        .into_iter()
-        .find(|n| *n == name)
-        .unwrap_or("(no such tool)")
+    match tool_list().iter().any(|t| t.name == name) {
+        true => name,
+        false => "(no such tool)",
+    }
 }
 
 /// `game_wait`'s `timeoutSeconds`: a whole number of seconds, written `30` or `30.0` (some
