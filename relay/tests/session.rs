@@ -529,16 +529,18 @@ async fn messages_out_of_place_get_errors_that_leave_the_socket_open() {
 
 #[actix_rt::test]
 async fn only_a_client_not_heard_from_lately_is_pinged() {
+    // An interval far above a stall of this test's thread on a busy machine: a talker
+    // that stalled that long would be pinged, rightly.
     let heartbeat = Heartbeat {
-        interval: Duration::from_millis(200),
+        interval: Duration::from_millis(400),
         timeout: Duration::from_secs(10),
     };
     let url = start_with(10, heartbeat).await;
     let mut talker = seated(&url, "tx").await;
     let mut listener = seated(&url, "to").await;
-    // For 1.2 s the talker asks for its board every 10 ms; the listener only reads.
+    // For 2.4 s the talker asks for its board every 10 ms; the listener only reads.
     let (mut talker_pings, mut listener_pings, mut boards) = (0, 0, 0);
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(1200);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(2400);
     let mut ask = tokio::time::interval(Duration::from_millis(10));
     loop {
         tokio::select! {
@@ -569,9 +571,11 @@ async fn only_a_client_not_heard_from_lately_is_pinged() {
 
 #[actix_rt::test]
 async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
+    // A timeout far above a stall of this test's thread on a busy machine, so that the
+    // lively client, which answers pings only while the test reads it, stays lively.
     let heartbeat = Heartbeat {
-        interval: Duration::from_millis(50),
-        timeout: Duration::from_millis(200),
+        interval: Duration::from_millis(100),
+        timeout: Duration::from_millis(600),
     };
     let Served { url, closed, .. } = serve_recording(10, heartbeat, false).await;
     let mut silent = seated(&url, "tx").await;
@@ -579,7 +583,7 @@ async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
     // The client library answers pings only while it reads: the lively one reads, the
     // silent one does not.
     for _ in 0..6 {
-        assert_eq!(next(&mut lively, Duration::from_millis(100)).await, None);
+        assert_eq!(next(&mut lively, Duration::from_millis(200)).await, None);
     }
     let mut last = None;
     while let Some(message) = next(&mut silent, WAIT).await {
