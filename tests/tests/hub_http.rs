@@ -891,3 +891,62 @@ fn oversized_headers_get_a_json_431_and_large_ones_within_the_limits_are_read_wh
     assert_eq!(res.status, 201, "{}", res.body);
     assert_eq!(res.json()["seat"], "X");
 }
+
+#[test]
+fn a_start_the_hub_owes_is_refused_from_a_seat_before_the_inbox() {
+    // DESIGN.md section 4: the hub writes the start of a seated game whose X key it holds,
+    // or of an unsigned one, as O pairs. A start posted with X's token raced the hub's:
+    // when it came first it became the genesis (without the hub's `rules.inboxes`), when
+    // it came after, one more capture to reject.
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let url = hub.url("/v1/inboxes/owed/events");
+    for signed in [false, true] {
+        let body = json!({"protocol": TTT, "signed": signed});
+        let g = Seated::create_and_pair(&c, &hub, &hub, "owed", &body);
+        let view = c.get_auth(&hub.url(&g.path("/view")), &g.x).json();
+        let mut rules = json!({"rows": 3, "cols": 3, "winLength": 3});
+        if signed {
+            // What was registered, so that only the hub's ownership of the start refuses it.
+            rules["keys"] = view["keys"].clone();
+        }
+        let before = inbox_events(&hub, &c, "owed").len();
+        for (token, player) in [(&g.x, "X"), (&g.o, "O")] {
+            let mut start = start_event(&g.game);
+            start["rules"] = rules.clone();
+            start["player"] = json!(player);
+            let forged = c.post(&url, Some(token), &start);
+            assert_eq!(
+                (forged.status, forged.error().as_str()),
+                (403, "forbidden"),
+                "signed {signed}, {player}: {}",
+                forged.body
+            );
+        }
+        assert_eq!(
+            inbox_events(&hub, &c, "owed").len(),
+            before,
+            "signed {signed}"
+        );
+    }
+
+    // X's agent owes the start of a game whose X key it holds; O may not write it.
+    let key_x = games::crypto::seat_key(b"an agent's own seed", "owed", "g", games::Seat::X);
+    let key_x = games::crypto::public_key_hex(&key_x.verifying_key());
+    let body = json!({"protocol": TTT, "key": key_x});
+    let g = Seated::create_and_pair(&c, &hub, &hub, "owed", &body);
+    let view = c.get_auth(&hub.url(&g.path("/view")), &g.o).json();
+    assert_eq!(view["phase"], "paired", "{view}");
+    let mut start = start_event(&g.game);
+    start["player"] = json!("O");
+    start["rules"] = json!({"rows": 3, "cols": 3, "winLength": 3, "keys": view["keys"]});
+    let before = inbox_events(&hub, &c, "owed").len();
+    let forged = c.post(&url, Some(&g.o), &start);
+    assert_eq!(
+        (forged.status, forged.error().as_str()),
+        (403, "forbidden"),
+        "{}",
+        forged.body
+    );
+    assert_eq!(inbox_events(&hub, &c, "owed").len(), before);
+}

@@ -61,6 +61,16 @@ impl Hub {
                 ));
             }
             if event.action == Action::Start {
+                if reg.hub_writes_start() {
+                    // The hub writes this start as O pairs. One from X's token raced it:
+                    // when it came first it became the genesis (without the hub's
+                    // `rules.inboxes`), and after it, it was one more capture to reject.
+                    return Err(HubError::Forbidden(
+                        "the hub writes this game's start: X's key is hub-held or the game \
+                         is unsigned"
+                            .into(),
+                    ));
+                }
                 self.check_registered_start(reg, inbox, &event)?;
             } else if !self.is_started(inbox, &event.game).await? {
                 return Err(HubError::NotStarted);

@@ -224,6 +224,9 @@ impl Hub {
         event: &Event,
     ) -> Result<(), HubError> {
         let _ = inbox;
+        if event.player != Seat::X {
+            return Err(HubError::Forbidden("only X starts a seated game".into()));
+        }
         if !reg.paired {
             return Err(HubError::Forbidden(
                 "the game has no second seat yet: start it once O has paired".into(),
