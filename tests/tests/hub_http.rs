@@ -950,3 +950,51 @@ fn a_start_the_hub_owes_is_refused_from_a_seat_before_the_inbox() {
     );
     assert_eq!(inbox_events(&hub, &c, "owed").len(), before);
 }
+
+#[test]
+fn answers_that_carry_a_seat_token_or_view_are_kept_by_no_cache() {
+    let hub = Hub::start(&[]);
+    let c = Client::new();
+    let created = c.post(
+        &hub.url("/v1/inboxes/nocache/games"),
+        None,
+        &json!({"protocol": TTT}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let paired = c.post(
+        &hub.url("/v1/pair"),
+        None,
+        &json!({"code": created.json()["pairingCode"]}),
+    );
+    assert_eq!(paired.status, 200, "{}", paired.body);
+    let (game, x) = (
+        created.json()["game"].clone(),
+        created.json()["token"].clone(),
+    );
+    let (game, x) = (
+        game.as_str().unwrap_or_default(),
+        x.as_str().unwrap_or_default(),
+    );
+    let path = |rest: &str| hub.url(&format!("/v1/inboxes/nocache/games/{game}{rest}"));
+    let view = c.get_auth(&path("/view"), x);
+    let moved = c.post(
+        &path("/moves"),
+        Some(x),
+        &json!({"move": {"row": 0, "col": 0}}),
+    );
+    let foreign = c.get_auth(&path("/view"), "not-a-token");
+    for (what, res, status) in [
+        ("create", &created, 201),
+        ("pair", &paired, 200),
+        ("seat view", &view, 200),
+        ("move", &moved, 201),
+        ("refused token", &foreign, 401),
+    ] {
+        assert_eq!(res.status, status, "{what}: {}", res.body);
+        assert_eq!(res.header("cache-control"), Some("no-store"), "{what}");
+    }
+    // The spectator's reads are public; they are not made private.
+    let public = c.get(&path(""));
+    assert_eq!(public.status, 200, "{}", public.body);
+    assert_eq!(public.header("cache-control"), None);
+}

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceFactory, ServiceRequest, ServiceResponse};
-use actix_web::http::StatusCode;
+use actix_web::http::{header, StatusCode};
 use actix_web::{guard, web, App, HttpResponse};
 use futures_util::future::{self, Either, FutureExt};
 use ipnet::IpNet;
@@ -122,6 +122,20 @@ pub fn app(
             })
         })
         .wrap_fn(|req, srv| {
+            let private = private_answer(&req);
+            srv.call(req).map(move |res| {
+                res.map(|mut res| {
+                    if private {
+                        res.headers_mut().insert(
+                            header::CACHE_CONTROL,
+                            header::HeaderValue::from_static("no-store"),
+                        );
+                    }
+                    res
+                })
+            })
+        })
+        .wrap_fn(|req, srv| {
             let size: usize = req
                 .headers()
                 .iter()
@@ -153,6 +167,16 @@ pub fn admin(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
             ))
         }));
     }
+}
+
+/// Whether the answer to `req` is one seat's, to be kept by no cache: a request with a
+/// seat token (a seat's view holds its own pending choice) or a POST (a create or a pair
+/// answers with a seat token, a fresh code with a pairing code, a move with the mover's
+/// view). Without `no-store` a browser's cache may keep a seat's view on disk, where the
+/// next user of the machine reads it. The spectator's reads stay as they are: public.
+fn private_answer(req: &ServiceRequest) -> bool {
+    req.method() == actix_web::http::Method::POST
+        || req.headers().contains_key(header::AUTHORIZATION)
 }
 
 /// The `method` label of `pipehub_http_requests_total`: one of a closed set.
