@@ -15,9 +15,11 @@
 //!
 //! Failed pairing attempts have their own budget per client address (10 a minute), so that
 //! eight-character codes cannot be guessed. Only failures count, which governor cannot
-//! express (it charges before the outcome is known and has no refund), so that budget is a
-//! small GCRA of its own here: [`PairingLimiter::check`] peeks, [`PairingLimiter::failed`]
-//! charges.
+//! express (it has no refund), so that budget is a small GCRA of its own here: every
+//! attempt takes a token as it begins ([`PairingLimiter::take`]), and one that did not fail
+//! gives it back ([`PairingLimiter::refund`]). Charging only once an attempt had failed
+//! counted none of the attempts still in flight: 200 sent at once from one address were
+//! all let in before the first failure was counted, and 59 of them tried a code.
 //!
 //! This module does not read HTTP requests itself (the HTTP layer hands it a peer address
 //! and a header value) and does not decide what counts; it only keeps the buckets.
@@ -268,18 +270,17 @@ impl<C: Clock> std::fmt::Debug for EventLimiter<C> {
 }
 
 /// The budget of failed pairing attempts shared by several hub nodes (Redis, see
-/// [`crate::cluster::limits`]): asked before an attempt, charged when it failed.
+/// [`crate::cluster::limits`]): charged as an attempt begins, refunded when it did not fail.
 #[async_trait::async_trait]
 pub trait SharedFailures: Send + Sync {
-    async fn check(
-        &self,
-        addr: IpAddr,
-    ) -> Result<Result<(), RateLimited>, crate::inbox::StoreError>;
-    async fn failed(&self, addr: IpAddr) -> Result<(), crate::inbox::StoreError>;
+    async fn take(&self, addr: IpAddr)
+        -> Result<Result<(), RateLimited>, crate::inbox::StoreError>;
+    async fn refund(&self, addr: IpAddr) -> Result<(), crate::inbox::StoreError>;
 }
 
-/// The budget of failed pairing attempts per client address: a GCRA that can be asked
-/// before an attempt and charged only when it fails.
+/// The budget of failed pairing attempts per client address: a GCRA charged as each
+/// attempt begins and refunded for an attempt that did not fail, so attempts in flight at
+/// once count as failures until they are known not to be.
 pub struct PairingLimiter {
     /// Time between two tokens.
     interval: Duration,
@@ -317,45 +318,49 @@ impl PairingLimiter {
         self
     }
 
-    /// [`PairingLimiter::check`], against the shared budget in a cluster.
-    pub async fn check_any(&self, addr: IpAddr, now: Instant) -> Result<(), RateLimited> {
+    /// [`PairingLimiter::take`], against the shared budget in a cluster. `Ok(true)` when
+    /// the shared budget took it (its refund goes there too).
+    pub async fn take_any(&self, addr: IpAddr, now: Instant) -> Result<bool, RateLimited> {
         if let Some(shared) = &self.shared {
-            match shared.check(addr).await {
-                Ok(decided) => return decided,
+            match shared.take(addr).await {
+                Ok(decided) => return decided.map(|()| true),
                 Err(e) => tracing::debug!(error = %e, "shared pairing limit unavailable"),
             }
         }
-        self.check(addr, now)
+        self.take(addr, now).map(|()| false)
     }
 
-    /// [`PairingLimiter::failed`], against the shared budget in a cluster.
-    pub async fn failed_any(&self, addr: IpAddr, now: Instant) {
-        if let Some(shared) = &self.shared {
-            match shared.failed(addr).await {
-                Ok(()) => return,
-                Err(e) => tracing::debug!(error = %e, "shared pairing limit unavailable"),
+    /// [`PairingLimiter::refund`] of a token [`PairingLimiter::take_any`] took: from the
+    /// shared budget when `shared` (what `take_any` answered), else from this node's.
+    pub async fn refund_any(&self, addr: IpAddr, shared: bool, now: Instant) {
+        if let Some(budget) = self.shared.as_ref().filter(|_| shared) {
+            if let Err(e) = budget.refund(addr).await {
+                tracing::debug!(error = %e, "shared pairing limit unavailable");
             }
+            return;
         }
-        self.failed(addr, now)
+        self.refund(addr, now)
     }
 
-    /// May `addr` try a code at `now`?
-    pub fn check(&self, addr: IpAddr, now: Instant) -> Result<(), RateLimited> {
-        let Some(tat) = self.tat.get(&addr).map(|t| *t) else {
-            return Ok(());
-        };
-        let allowed_at = tat.checked_sub(self.tolerance).unwrap_or(now);
-        if allowed_at <= now {
-            Ok(())
-        } else {
-            Err(RateLimited::after(allowed_at - now))
-        }
-    }
-
-    /// Records a failed attempt by `addr` at `now`.
-    pub fn failed(&self, addr: IpAddr, now: Instant) {
+    /// An attempt by `addr` at `now`: refused when the budget is spent, else it takes a
+    /// token at once, before its outcome is known, so that attempts in flight together
+    /// cannot pass the budget between its check and its charge.
+    pub fn take(&self, addr: IpAddr, now: Instant) -> Result<(), RateLimited> {
         let mut tat = self.tat.entry(addr).or_insert(now);
-        *tat = (*tat).max(now) + self.interval;
+        let from = (*tat).max(now);
+        let allowed_at = from.checked_sub(self.tolerance).unwrap_or(now);
+        if allowed_at > now {
+            return Err(RateLimited::after(allowed_at - now));
+        }
+        *tat = from + self.interval;
+        Ok(())
+    }
+
+    /// Gives back the token of an attempt by `addr` that did not fail.
+    pub fn refund(&self, addr: IpAddr, now: Instant) {
+        if let Some(mut tat) = self.tat.get_mut(&addr) {
+            *tat = tat.checked_sub(self.interval).unwrap_or(now).max(now);
+        }
     }
 
     /// Forgets addresses whose budget is full again.
@@ -461,19 +466,28 @@ mod tests {
         let limiter = PairingLimiter::new(spec("10/60"));
         let addr: IpAddr = "127.0.0.9".parse().expect("an address");
         let t0 = Instant::now();
+        // Successes give their token back: any number in a row.
+        for _ in 0..25 {
+            assert_eq!(limiter.take(addr, t0), Ok(()));
+            limiter.refund(addr, t0);
+        }
+        // Ten attempts in flight at once take the whole budget before any has failed.
         for _ in 0..10 {
-            assert_eq!(limiter.check(addr, t0), Ok(()));
-            limiter.failed(addr, t0);
+            assert_eq!(limiter.take(addr, t0), Ok(()));
         }
         assert_eq!(
-            limiter.check(addr, t0),
+            limiter.take(addr, t0),
             Err(RateLimited {
                 retry_after_secs: 6
             })
         );
-        // Checking does not spend, so waiting one interval is enough.
-        assert_eq!(limiter.check(addr, t0 + Duration::from_secs(6)), Ok(()));
-        limiter.housekeep(t0 + Duration::from_secs(61));
+        // A refused attempt spends nothing, so waiting one interval is enough.
+        assert_eq!(limiter.take(addr, t0 + Duration::from_secs(6)), Ok(()));
+        assert!(limiter.take(addr, t0 + Duration::from_secs(6)).is_err());
+        // One of those that did not fail after all gives its token back.
+        limiter.refund(addr, t0 + Duration::from_secs(6));
+        assert_eq!(limiter.take(addr, t0 + Duration::from_secs(6)), Ok(()));
+        limiter.housekeep(t0 + Duration::from_secs(67));
         assert!(limiter.tat.is_empty());
     }
 

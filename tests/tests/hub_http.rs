@@ -998,3 +998,33 @@ fn answers_that_carry_a_seat_token_or_view_are_kept_by_no_cache() {
     assert_eq!(public.status, 200, "{}", public.body);
     assert_eq!(public.header("cache-control"), None);
 }
+
+#[test]
+fn failed_pairing_attempts_sent_at_once_stay_within_the_budget() {
+    // The budget was checked as an attempt began and charged once it had failed, so
+    // attempts in flight together all passed the check: 200 at once from one address
+    // tried 59 codes against a budget of 10.
+    let hub = Hub::start(&[]);
+    let url = hub.url("/v1/pair");
+    let n = 60;
+    let ready = Arc::new(Barrier::new(n));
+    let tries: Vec<_> = (0..n)
+        .map(|i| {
+            let (url, ready) = (url.clone(), ready.clone());
+            std::thread::spawn(move || {
+                let c = Client::new();
+                let code = format!("ZZZZ{i:04}");
+                ready.wait();
+                c.post(&url, None, &json!({"code": code})).status
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = tries
+        .into_iter()
+        .map(|t| t.join().expect("an attempt"))
+        .collect();
+    let tried = statuses.iter().filter(|s| **s == 404).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(tried + limited, n, "{statuses:?}");
+    assert_eq!(tried, 10, "{statuses:?}");
+}

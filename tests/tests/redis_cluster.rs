@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use pipehub_tests::{Client, Hub};
+use pipehub_tests::{Client, Hub, Seated};
 use redis_support::{
     await_one_consumer_per_shard, await_owners, counter_sum, lease_holder, node, node_id,
     node_with, owned, verdict_fences, Game, RedisServer, SHARDS,
@@ -543,6 +543,16 @@ fn failed_pairing_attempts_share_one_budget_across_the_nodes() {
     let redis = RedisServer::start();
     let nodes = [node(&redis), node(&redis)];
     let client = Client::new();
+    // Each attempt takes from the shared budget as it begins; a success gives it back.
+    for i in 0..11 {
+        Seated::create_and_pair(
+            &client,
+            &nodes[i % 2],
+            &nodes[(i + 1) % 2],
+            "pairs",
+            &json!({"protocol": "pipehub:tic-tac-toe"}),
+        );
+    }
     let statuses: Vec<u16> = (0..12)
         .map(|i| {
             client

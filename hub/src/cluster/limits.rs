@@ -8,8 +8,8 @@
 //! (`TIME`), so nodes with skewed clocks still agree. Keys expire once the bucket is full
 //! again, so idle people cost nothing.
 //!
-//! The budget of failed pairing attempts per address (10 a minute) is the same script in
-//! two steps: peek before an attempt, spend after a failed one.
+//! The budget of failed pairing attempts per address (10 a minute) is the same script:
+//! charged as an attempt begins, and given back (`refund`) when it did not fail.
 //!
 //! What it deliberately does not do: decide what counts (the callers charge, as on a single
 //! hub), or fail closed: when Redis cannot answer, the node's own bucket decides (the
@@ -25,8 +25,8 @@ use std::net::IpAddr;
 
 use crate::limits::{Person, RateLimited, RateSpec, SharedBudget, SharedFailures};
 
-/// `ARGV[3]` is the mode: `charge` (refuse or spend, the event budget), `peek` (refuse or
-/// not, spend nothing) or `spend` (spend whatever, a failed pairing attempt).
+/// `ARGV[3]` is the mode: `charge` (refuse or spend) or `refund` (give one interval back, a
+/// pairing attempt that did not fail).
 const GCRA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -35,9 +35,14 @@ local tolerance = tonumber(ARGV[2])
 local mode = ARGV[3]
 local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
+if mode == 'refund' then
+  local back = tat - interval
+  if back <= now then redis.call('DEL', KEYS[1])
+  else redis.call('SET', KEYS[1], back, 'PX', back - now + 1000) end
+  return 0
+end
 local allowed_at = tat - tolerance
-if mode ~= 'spend' and allowed_at > now then return allowed_at - now end
-if mode == 'peek' then return 0 end
+if allowed_at > now then return allowed_at - now end
 local new = tat + interval
 redis.call('SET', KEYS[1], new, 'PX', new - now + 1000)
 return 0
@@ -107,11 +112,11 @@ fn pairing_key(addr: IpAddr) -> String {
 
 #[async_trait]
 impl SharedFailures for RedisBudget {
-    async fn check(&self, addr: IpAddr) -> Result<Result<(), RateLimited>, StoreError> {
-        self.run(pairing_key(addr), "peek").await
+    async fn take(&self, addr: IpAddr) -> Result<Result<(), RateLimited>, StoreError> {
+        self.run(pairing_key(addr), "charge").await
     }
 
-    async fn failed(&self, addr: IpAddr) -> Result<(), StoreError> {
-        self.run(pairing_key(addr), "spend").await.map(|_| ())
+    async fn refund(&self, addr: IpAddr) -> Result<(), StoreError> {
+        self.run(pairing_key(addr), "refund").await.map(|_| ())
     }
 }

@@ -152,11 +152,12 @@ pub async fn pair(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    // Failed pairings count per client: an IPv4 address or an IPv6 /64.
+    // Failed pairings count per client: an IPv4 address or an IPv6 /64. Each attempt takes
+    // its token as it begins and gives it back unless its code failed (limits.rs).
     let address = crate::limits::client_of(extract::address(&state, &req));
-    state
+    let shared = state
         .pairing
-        .check_any(address, Instant::now())
+        .take_any(address, Instant::now())
         .await
         .map_err(|limited| {
             state
@@ -166,27 +167,52 @@ pub async fn pair(
                 .inc();
             ApiError::rate_limited(limited, "failed pairing attempts")
         })?;
-    let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
-    let body: PairBody = extract::parse_request(&body)?;
-    match state.hub.pair(&body.code, body.key).await {
-        Ok(paired) => Ok(HttpResponse::Ok().json(paired)),
-        Err(err) => {
-            let failed = match &err {
-                HubError::NotFound(_) => Some("unknown"),
-                HubError::CodeUsed => Some("used"),
-                HubError::CodeExpired => Some("expired"),
-                _ => None,
-            };
-            if let Some(why) = failed {
-                state.pairing.failed_any(address, Instant::now()).await;
-                state
-                    .metrics
-                    .pairing_failures
-                    .with_label_values(&[why])
-                    .inc();
-            }
-            Err(err.into())
+    let outcome: Result<_, (Option<&str>, ApiError)> = async {
+        let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT)
+            .await
+            .map_err(|e| (None, e))?;
+        let body: PairBody = extract::parse_request(&body).map_err(|e| (None, e))?;
+        state
+            .hub
+            .pair(&body.code, body.key)
+            .await
+            .map_err(|err| (failed_code(&err), err.into()))
+    }
+    .await;
+    match outcome {
+        Ok(paired) => {
+            state
+                .pairing
+                .refund_any(address, shared, Instant::now())
+                .await;
+            Ok(HttpResponse::Ok().json(paired))
         }
+        Err((Some(why), err)) => {
+            state
+                .metrics
+                .pairing_failures
+                .with_label_values(&[why])
+                .inc();
+            Err(err)
+        }
+        Err((None, err)) => {
+            state
+                .pairing
+                .refund_any(address, shared, Instant::now())
+                .await;
+            Err(err)
+        }
+    }
+}
+
+/// Why a pairing attempt counts as a failure (a code unknown, used or expired), as the
+/// `pipehub_pairing_failures_total` label names it; `None` for any other error.
+fn failed_code(err: &HubError) -> Option<&'static str> {
+    match err {
+        HubError::NotFound(_) => Some("unknown"),
+        HubError::CodeUsed => Some("used"),
+        HubError::CodeExpired => Some("expired"),
+        _ => None,
     }
 }
 
