@@ -1028,3 +1028,22 @@ fn failed_pairing_attempts_sent_at_once_stay_within_the_budget() {
     assert_eq!(tried + limited, n, "{statuses:?}");
     assert_eq!(tried, 10, "{statuses:?}");
 }
+
+#[cfg(unix)]
+#[test]
+fn a_data_directory_the_hub_makes_is_its_users_alone() {
+    // The meta log keeps each live pairing code as its SHA-256: 40 bits, few enough to
+    // find from the hash within the code's ten minutes by anyone who can read the log.
+    use std::os::unix::fs::PermissionsExt;
+    let hub = Hub::start(&[]);
+    let mode = std::fs::metadata(hub.data())
+        .expect("the data directory")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    assert_eq!(
+        Client::new().get(&hub.url("/healthz")).status,
+        200,
+        "the hub runs in it"
+    );
+}

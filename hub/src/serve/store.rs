@@ -31,7 +31,7 @@ pub(super) fn make_data_dir(config: &Config) -> Result<(), ServeError> {
         // create_dir_all would say only "File exists".
         Err(std::io::Error::other("it is not a directory"))
     } else {
-        std::fs::create_dir_all(&config.data)
+        private_dir(&config.data)
     };
     made.map_err(|source| ServeError::DataDir {
         path: config.data.clone(),
@@ -41,6 +41,21 @@ pub(super) fn make_data_dir(config: &Config) -> Result<(), ServeError> {
         check_store_whole(config.data.as_path(), config.secret.is_some())?;
     }
     Ok(())
+}
+
+/// Makes `dir` (and any parent missing) readable by this user only, as the secret in it
+/// is: the meta log keeps each live pairing code as its SHA-256, and a code's 40 bits are
+/// few enough to find from its hash within its ten minutes. A directory that exists is left
+/// as its operator made it.
+fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
 }
 
 /// Opens the store ([`open_store`]), checks that nodes sharing it use one hub secret, and
