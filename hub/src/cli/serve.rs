@@ -47,7 +47,8 @@ pub struct Args {
     #[arg(long, env = "PIPEHUB_ADMIN_LISTEN", value_name = "ADDR")]
     pub admin_listen: Option<String>,
 
-    /// Directory of the embedded store and of the generated hub secret. Created if absent.
+    /// Directory of the embedded store and of the generated hub secret. Created if absent,
+    /// readable by this user only (mode 0700).
     #[arg(
         long,
         env = "PIPEHUB_DATA",
