@@ -90,7 +90,7 @@ pub fn posted_response(posted: Posted) -> HttpResponse {
         (status = 202, description = "pending, skipped or held", body = PostedBody),
         (status = 400, description = "not an event: the section-1 reason", body = ErrorBody),
         (status = 401, description = "unknown seat token", body = ErrorBody),
-        (status = 403, description = "a reserved game without its seat's token", body = ErrorBody),
+        (status = 403, description = "a reserved game without its seat's token, or a start the hub writes itself", body = ErrorBody),
         (status = 409, description = "too many captures", body = ErrorBody),
         (status = 413, description = "body over 4096 bytes", body = ErrorBody),
         (status = 415, description = "not application/json", body = ErrorBody),
