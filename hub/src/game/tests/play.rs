@@ -375,8 +375,9 @@ async fn a_finished_game_rebuilt_for_a_read_leaves_memory_at_once() {
         .expect("state");
     assert_eq!(state.result.map(|r| r.status), Some("win"));
     assert_eq!(g.hub.resident_actors(), 1);
+    // Eight times the linger, for a busy machine, and still short of the first idle check.
     assert_eq!(
-        resident_within(&g, 0, Duration::from_millis(2500)).await,
+        resident_within(&g, 0, Duration::from_millis(4000)).await,
         0,
         "the rebuilt finished game left memory"
     );
