@@ -138,6 +138,7 @@ impl EmbeddedInbox {
     ) -> Result<EmbeddedInbox, StoreError> {
         let started = Instant::now();
         let shards = read_or_write_header(dir, shards)?;
+        first_segment_on_disk(dir)?;
         let mut index = Index::spilling(shards, Spill::create(dir)?);
         let mut events = 0u64;
         let (log, replayed) = SegmentLog::open(dir, "inbox", segment_bytes, |frame, payload| {
@@ -247,6 +248,22 @@ fn replay(
         }
     }
     Ok(())
+}
+
+/// Refuses an inbox log whose first segment is gone. The inbox never removes a segment
+/// (every event is kept), so its log starts at segment 0; without this, a deleted first
+/// segment showed only as an event "out of order" in the next one, and the operator was
+/// not told which file to restore.
+fn first_segment_on_disk(dir: &Path) -> Result<(), StoreError> {
+    match log::oldest_segment(dir, "inbox")? {
+        Some(oldest) if oldest > 0 => Err(StoreError::Corrupt(format!(
+            "{} is missing: the inbox's segments on disk start at {}, and the inbox never \
+             removes a segment. Restore the segments before it from a backup",
+            log::segment_path(dir, "inbox", 0).display(),
+            log::segment_path(dir, "inbox", oldest).display(),
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// How long opening waits for a directory's lock before saying it is in use. A lock can

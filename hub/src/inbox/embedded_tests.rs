@@ -87,6 +87,40 @@ async fn appends_wait_out_a_segment_that_cannot_be_opened_and_lose_nothing() {
 }
 
 #[tokio::test]
+async fn a_missing_first_segment_is_refused_and_named() {
+    // Deleting the first of several segments stopped the start with "event 1:N out of
+    // order" in the second, which did not say which file to restore.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small =
+        |dir: &Path| EmbeddedInbox::open_sized(dir, 1, PACING, lock(dir).expect("lock"), 2048);
+    let first = dir.path().join("inbox-00000000.log");
+    let third = dir.path().join("inbox-00000002.log");
+    {
+        let inbox = small(dir.path()).expect("open inbox");
+        let mut seq = 0;
+        while !third.exists() {
+            inbox
+                .append("box", "g", None, event("g", seq))
+                .await
+                .expect("append");
+            seq += 1;
+            assert!(seq < 1000, "2 KiB segments never rolled");
+        }
+    }
+    assert!(small(dir.path()).is_ok(), "whole, it opens");
+    fs::remove_file(&first).expect("remove");
+    let opened = small(dir.path());
+    let Err(StoreError::Corrupt(why)) = opened else {
+        panic!("a store without its first segment opened");
+    };
+    assert!(
+        why.contains(&format!("{} is missing", first.display())),
+        "{why}"
+    );
+    assert!(!first.exists(), "it was made afresh");
+}
+
+#[tokio::test]
 async fn records_and_verdicts_survive_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut captures = Vec::new();

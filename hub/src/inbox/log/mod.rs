@@ -218,7 +218,8 @@ pub fn frames_in(buf: &[u8]) -> Vec<(usize, u32)> {
     out
 }
 
-fn segment_path(dir: &Path, stem: &str, index: u32) -> PathBuf {
+/// The file of segment `index` of the log `stem` in `dir`.
+pub fn segment_path(dir: &Path, stem: &str, index: u32) -> PathBuf {
     dir.join(format!("{stem}-{index:08}.log"))
 }
 
@@ -558,6 +559,11 @@ impl Drop for SegmentLog {
             tracing::warn!(error = %e, "could not cut a log's space allocated ahead; the next open will");
         }
     }
+}
+
+/// The number of the oldest segment of the log `stem` on disk, if it has one.
+pub fn oldest_segment(dir: &Path, stem: &str) -> Result<Option<u32>, StoreError> {
+    Ok(segment_indexes(dir, stem)?.first().copied())
 }
 
 fn segment_indexes(dir: &Path, stem: &str) -> Result<Vec<u32>, StoreError> {
