@@ -21,3 +21,5 @@ pub mod metrics;
 pub mod relay;
 pub mod rooms;
 pub mod serve;
+#[cfg(test)]
+mod test_log;

@@ -306,23 +306,10 @@ mod tests {
 
     #[test]
     fn the_default_log_leaves_out_what_any_client_can_make_actix_http_say() {
-        use std::sync::{Arc, Mutex};
-        #[derive(Clone, Default)]
-        struct Lines(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().expect("not poisoned").extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let writer = lines.clone();
+        let lines = crate::test_log::Lines::default();
         let subscriber = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(DEFAULT_LOG))
-            .with_writer(move || writer.clone())
+            .with_writer(lines.writer())
             .with_ansi(false)
             .finish();
         tracing::subscriber::with_default(subscriber, || {
@@ -331,7 +318,7 @@ mod tests {
             tracing::info!(target: "pipehub_hub::serve", "listening");
             tracing::debug!(target: "pipehub_hub::serve", "chatter");
         });
-        let text = String::from_utf8(lines.0.lock().expect("not poisoned").clone()).expect("utf-8");
+        let text = lines.text();
         assert!(!text.contains("stream error"), "{text}");
         assert!(text.contains("a worker failed"), "{text}");
         assert!(text.contains("listening"), "{text}");
