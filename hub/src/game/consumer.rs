@@ -101,10 +101,10 @@ pub async fn run(
                 }
             }
         }
-        if !owner {
-            owner = true;
-            running.set(1);
-        }
+        // Set on every round, not only when the lease came: a scrape that found the lease's
+        // renewal late (see `Hub::refresh_ownership_gauges`) may have set it to 0 meanwhile.
+        owner = true;
+        running.set(1);
         let batch = match engine.inbox.read_shard(shard, next, BATCH).await {
             Ok(b) => b,
             Err(e) => {

@@ -47,6 +47,32 @@ impl Hub {
         self.adjudicated_elsewhere(self.engine.inbox.shard_of(inbox, game))
     }
 
+    /// Brings the ownership gauges up to this very moment, for a scrape: the lease rounds
+    /// and the shards' consumers set them as they go, and a node that resumes after a pause
+    /// longer than its leases (a stall, SIGSTOP) answers the scrape that waited for it
+    /// before either has run, with the shards it held before the pause. What it holds is
+    /// what [`crate::cluster::Ownership::leased`] says now, from the last renewal's age.
+    pub fn refresh_ownership_gauges(&self) {
+        let Some(cluster) = &self.engine.config.cluster else {
+            return;
+        };
+        let metrics = &self.engine.metrics;
+        let mut held = 0;
+        for shard in 0..self.engine.inbox.shards() {
+            if cluster.leased(shard) {
+                held += 1;
+            } else {
+                // A consumer whose lease is gone stops reading at its next look, and says
+                // so then; it already reads nothing it may judge.
+                metrics
+                    .consumer_running
+                    .with_label_values(&[&shard.to_string()])
+                    .set(0);
+            }
+        }
+        metrics.cluster_shards_owned.set(held);
+    }
+
     /// A verdict another node recorded (from the verdict feed), for a poster of this node
     /// waiting for it.
     pub fn verdict_recorded_elsewhere(&self, capture: Capture, verdict: StoredVerdict) {
