@@ -280,7 +280,10 @@ pub trait SharedFailures: Send + Sync {
 
 /// The budget of failed pairing attempts per client address: a GCRA charged as each
 /// attempt begins and refunded for an attempt that did not fail, so attempts in flight at
-/// once count as failures until they are known not to be.
+/// once count as failures until they are known not to be. An attempt that finds the budget
+/// spent while others of its address are in flight here waits for them to settle (up to
+/// [`PAIRING_WAIT`]) before it is refused: a host pairing many games at once, whose codes
+/// are good, gets its tokens back as each pair succeeds and is never refused for them.
 pub struct PairingLimiter {
     /// Time between two tokens.
     interval: Duration,
@@ -288,7 +291,48 @@ pub struct PairingLimiter {
     tolerance: Duration,
     /// Theoretical arrival time per address.
     tat: DashMap<IpAddr, Instant>,
+    /// Attempts of each address in flight on this node: each holds a token.
+    in_flight: DashMap<IpAddr, usize>,
+    /// Woken whenever an attempt in flight settles.
+    settled: tokio::sync::Notify,
     shared: Option<std::sync::Arc<dyn SharedFailures>>,
+}
+
+/// How long a pairing attempt that found the budget spent waits for the attempts of its
+/// address in flight to settle, and give their tokens back if their codes were good.
+pub const PAIRING_WAIT: Duration = Duration::from_secs(10);
+
+/// A pairing attempt in flight, holding a token of its address's budget. Settle it with
+/// [`Attempt::settle`]; one dropped unsettled (its request went away) keeps its token, as a
+/// failed attempt does.
+#[must_use = "an attempt holds a token until it is settled"]
+pub struct Attempt<'a> {
+    limiter: &'a PairingLimiter,
+    addr: IpAddr,
+    shared: bool,
+}
+
+impl Attempt<'_> {
+    /// Ends the attempt: one whose code `failed` (unknown, used or expired) keeps its
+    /// token; any other gives it back.
+    pub async fn settle(self, failed: bool) {
+        if !failed {
+            self.limiter
+                .refund_any(self.addr, self.shared, Instant::now())
+                .await;
+        }
+        // Dropped here: no longer in flight.
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if let Some(mut n) = self.limiter.in_flight.get_mut(&self.addr) {
+            *n = n.saturating_sub(1);
+        }
+        self.limiter.in_flight.remove_if(&self.addr, |_, n| *n == 0);
+        self.limiter.settled.notify_waiters();
+    }
 }
 
 impl std::fmt::Debug for PairingLimiter {
@@ -307,6 +351,8 @@ impl PairingLimiter {
             interval,
             tolerance: interval * (spec.count.get() - 1),
             tat: DashMap::new(),
+            in_flight: DashMap::new(),
+            settled: tokio::sync::Notify::new(),
             shared: None,
         }
     }
@@ -318,9 +364,37 @@ impl PairingLimiter {
         self
     }
 
+    /// Begins a pairing attempt by `addr`: takes a token of its budget, waiting up to
+    /// `wait` for its attempts in flight here to settle while the budget is spent. Refused
+    /// once the budget is spent and none of them is left in flight (or `wait` is over).
+    pub async fn begin(&self, addr: IpAddr, wait: Duration) -> Result<Attempt<'_>, RateLimited> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the budget is looked at, so that no settling is missed.
+            let settled = self.settled.notified();
+            match self.take_any(addr, Instant::now()).await {
+                Ok(shared) => {
+                    *self.in_flight.entry(addr).or_insert(0) += 1;
+                    return Ok(Attempt {
+                        limiter: self,
+                        addr,
+                        shared,
+                    });
+                }
+                Err(limited) => {
+                    let busy = self.in_flight.get(&addr).is_some_and(|n| *n > 0);
+                    if !busy || tokio::time::Instant::now() >= deadline {
+                        return Err(limited);
+                    }
+                    let _ = tokio::time::timeout_at(deadline, settled).await;
+                }
+            }
+        }
+    }
+
     /// [`PairingLimiter::take`], against the shared budget in a cluster. `Ok(true)` when
     /// the shared budget took it (its refund goes there too).
-    pub async fn take_any(&self, addr: IpAddr, now: Instant) -> Result<bool, RateLimited> {
+    async fn take_any(&self, addr: IpAddr, now: Instant) -> Result<bool, RateLimited> {
         if let Some(shared) = &self.shared {
             match shared.take(addr).await {
                 Ok(decided) => return decided.map(|()| true),
@@ -332,7 +406,7 @@ impl PairingLimiter {
 
     /// [`PairingLimiter::refund`] of a token [`PairingLimiter::take_any`] took: from the
     /// shared budget when `shared` (what `take_any` answered), else from this node's.
-    pub async fn refund_any(&self, addr: IpAddr, shared: bool, now: Instant) {
+    async fn refund_any(&self, addr: IpAddr, shared: bool, now: Instant) {
         if let Some(budget) = self.shared.as_ref().filter(|_| shared) {
             if let Err(e) = budget.refund(addr).await {
                 tracing::debug!(error = %e, "shared pairing limit unavailable");
@@ -459,6 +533,38 @@ mod tests {
                 retry_after_secs: 8
             })
         );
+    }
+
+    #[tokio::test]
+    async fn an_attempt_that_finds_the_budget_spent_waits_for_those_in_flight() {
+        let limiter = PairingLimiter::new(spec("2/60"));
+        let addr: IpAddr = "127.0.0.7".parse().expect("an address");
+        let wait = Duration::from_secs(10);
+        let a = limiter.begin(addr, wait).await.expect("a token");
+        let b = limiter.begin(addr, wait).await.expect("a token");
+        // Both tokens are in flight: a third waits for one of them to settle.
+        let third = limiter.begin(addr, wait);
+        tokio::pin!(third);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut third)
+                .await
+                .is_err(),
+            "the third did not wait"
+        );
+        // A good code gives its token back, and the one waiting takes it.
+        a.settle(false).await;
+        let c = tokio::time::timeout(wait, third)
+            .await
+            .expect("woken as the first settled")
+            .expect("its token");
+        // Failed codes keep their tokens; with none in flight, the next is refused at once.
+        b.settle(true).await;
+        drop(c);
+        let refused = tokio::time::timeout(Duration::from_secs(5), limiter.begin(addr, wait))
+            .await
+            .expect("refused without waiting");
+        assert!(refused.is_err());
+        assert!(limiter.in_flight.is_empty());
     }
 
     #[test]

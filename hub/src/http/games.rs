@@ -5,8 +5,6 @@
 //! counting rule). Pairing has its own budget of *failed* attempts per client address, so
 //! codes cannot be guessed while an honest guest is never slowed down.
 
-use std::time::Instant;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use games::Viewer;
 use serde::Deserialize;
@@ -155,9 +153,9 @@ pub async fn pair(
     // Failed pairings count per client: an IPv4 address or an IPv6 /64. Each attempt takes
     // its token as it begins and gives it back unless its code failed (limits.rs).
     let address = crate::limits::client_of(extract::address(&state, &req));
-    let shared = state
+    let attempt = state
         .pairing
-        .take_any(address, Instant::now())
+        .begin(address, crate::limits::PAIRING_WAIT)
         .await
         .map_err(|limited| {
             state
@@ -181,13 +179,11 @@ pub async fn pair(
     .await;
     match outcome {
         Ok(paired) => {
-            state
-                .pairing
-                .refund_any(address, shared, Instant::now())
-                .await;
+            attempt.settle(false).await;
             Ok(HttpResponse::Ok().json(paired))
         }
         Err((Some(why), err)) => {
+            attempt.settle(true).await;
             state
                 .metrics
                 .pairing_failures
@@ -196,10 +192,7 @@ pub async fn pair(
             Err(err)
         }
         Err((None, err)) => {
-            state
-                .pairing
-                .refund_any(address, shared, Instant::now())
-                .await;
+            attempt.settle(false).await;
             Err(err)
         }
     }
