@@ -36,10 +36,11 @@ pub struct Config {
     pub admin_listen: Option<String>,
     /// Data directory of the embedded store and the generated secret.
     pub data: PathBuf,
-    /// Redis URL of the shared backend: several hub nodes on one Redis.
-    pub redis: Option<String>,
+    /// Redis URL of the shared backend: several hub nodes on one Redis. Hidden from
+    /// `Debug`: it may hold a password.
+    pub redis: Option<Hidden>,
     /// The hub secret given by the operator (raw bytes of the string), else generated.
-    pub secret: Option<String>,
+    pub secret: Option<Hidden>,
     /// Events and games one person may post or create.
     pub rate_limit: RateSpec,
     /// Failed pairing attempts per client address.
@@ -92,6 +93,46 @@ impl Default for Config {
             meta_pacing: crate::meta::PACING,
             meta_cold_keys: crate::meta::COLD_KEYS,
         }
+    }
+}
+
+/// A setting that must not be shown: the hub secret, or a URL that may hold a password.
+/// It reads as the text it holds, and its `Debug` prints `[hidden]`, so that a config or
+/// a flag set written to a log leaks neither.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Hidden(String);
+
+impl std::ops::Deref for Hidden {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Hidden {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[hidden]")
+    }
+}
+
+impl From<String> for Hidden {
+    fn from(text: String) -> Self {
+        Hidden(text)
+    }
+}
+
+impl From<&str> for Hidden {
+    fn from(text: &str) -> Self {
+        Hidden(text.to_string())
+    }
+}
+
+impl std::str::FromStr for Hidden {
+    type Err = std::convert::Infallible;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(Hidden(text.to_string()))
     }
 }
 
@@ -357,5 +398,19 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(given.secret_bytes().expect("given"), b"0123456789abcdef");
+    }
+
+    #[test]
+    fn a_config_written_out_shows_neither_the_secret_nor_the_redis_url() {
+        let config = Config {
+            redis: Some("redis://:hunter2hunter2@127.0.0.1:6379/0".into()),
+            secret: Some("0123456789abcdef-topsecret".into()),
+            ..Config::default()
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("topsecret"), "{shown}");
+        assert!(shown.contains("secret: Some([hidden])"), "{shown}");
+        assert!(shown.contains("listen: \"127.0.0.1:8080\""), "{shown}");
     }
 }

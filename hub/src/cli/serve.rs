@@ -67,7 +67,7 @@ pub struct Args {
         value_name = "URL",
         hide_env_values = true
     )]
-    pub redis: Option<String>,
+    pub redis: Option<crate::config::Hidden>,
 
     /// The hub secret (at least 16 bytes, used as raw bytes): hub-held seat keys and
     /// custodial nonces derive from it, so it must not change for a data directory.
@@ -78,7 +78,7 @@ pub struct Args {
         value_name = "SECRET",
         hide_env_values = true
     )]
-    pub secret: Option<String>,
+    pub secret: Option<crate::config::Hidden>,
 
     /// Events and games one person (a seat token, else a client address) may post or
     /// create: N per SECONDS, as a token bucket with a burst of N. Refused requests get
@@ -347,9 +347,24 @@ mod tests {
             "0",
             "--max-connections-per-address",
             "3",
+            "--secret",
+            "0123456789abcdef-topsecret",
+            "--redis",
+            "redis://:hunter2hunter2@127.0.0.1:6379/0",
         ])
         .expect("valid flags");
+        // Flags written out show neither the secret nor the URL, which may hold a password.
+        let shown = format!("{w:?}");
+        assert!(
+            !shown.contains("topsecret") && !shown.contains("hunter2"),
+            "{shown}"
+        );
         let c = w.args.into_config();
+        assert_eq!(c.secret.as_deref(), Some("0123456789abcdef-topsecret"));
+        assert_eq!(
+            c.redis.as_deref(),
+            Some("redis://:hunter2hunter2@127.0.0.1:6379/0")
+        );
         assert_eq!(c.listen, "127.0.0.1:0");
         assert_eq!(c.rate_limit.to_string(), "5/2");
         assert_eq!(c.trusted_proxies.len(), 2);
