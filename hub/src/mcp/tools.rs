@@ -190,9 +190,12 @@ enum Outcome {
 impl Tools {
     async fn dispatch(&self, name: &str, args: &Map<String, Value>) -> Result<Outcome, AgentError> {
         let a = &self.agent;
+        let Some(takes) = arguments_of(name) else {
+            return Err(AgentError::Usage("no such tool".into()));
+        };
+        only(args, takes)?;
         let answer = match name {
             "game_new" => {
-                only(args, &["protocol", "rules"])?;
                 let rules = match args.get("rules") {
                     None | Some(Value::Null) => None,
                     Some(Value::Object(r)) => Some(whole_numbers_in(r)),
@@ -200,36 +203,24 @@ impl Tools {
                 };
                 a.new_game(string(args, "protocol")?, rules).await?
             }
-            "game_join" => {
-                only(args, &["code"])?;
-                a.join(string(args, "code")?).await?
-            }
+            "game_join" => a.join(string(args, "code")?).await?,
             "game_move" => {
-                only(args, &["game", "move"])?;
                 let mv = match args.get("move") {
                     Some(Value::Object(m)) => Value::Object(whole_numbers_in(m)),
                     _ => return Err(AgentError::Usage("move must be an object".into())),
                 };
                 a.play(string(args, "game")?, mv).await?
             }
-            "game_board" => {
-                only(args, &["game"])?;
-                a.board(string(args, "game")?).await?
-            }
+            "game_board" => a.board(string(args, "game")?).await?,
             "game_wait" => {
-                only(args, &["game", "timeoutSeconds"])?;
                 let timeout = match args.get("timeoutSeconds") {
                     None | Some(Value::Null) => WAIT_DEFAULT,
                     Some(v) => wait_time(v)?,
                 };
                 a.wait(string(args, "game")?, timeout).await?
             }
-            "game_resign" => {
-                only(args, &["game"])?;
-                a.resign(string(args, "game")?).await?
-            }
+            "game_resign" => a.resign(string(args, "game")?).await?,
             "game_list" => {
-                only(args, &[])?;
                 return Ok(Outcome::List(a.list().await));
             }
             _ => return Err(AgentError::Usage("no such tool".into())),
@@ -267,9 +258,9 @@ impl Tools {
 /// A tool's name as the log writes it. A name no tool has is the client's text, which
 /// could hold a line break (a forged log line) or be huge: it is not written.
 fn logged(name: &str) -> &str {
-    match tool_list().iter().any(|t| t.name == name) {
-        true => name,
-        false => "(no such tool)",
+    match arguments_of(name) {
+        Some(_) => name,
+        None => "(no such tool)",
     }
 }
 
@@ -305,6 +296,20 @@ fn whole_numbers_in(object: &Map<String, Value>) -> Map<String, Value> {
             (k.clone(), v)
         })
         .collect()
+}
+
+/// The arguments tool `name` takes (all of them optional to this check; each tool says
+/// which it needs), or `None` when no tool has that name.
+pub fn arguments_of(name: &str) -> Option<&'static [&'static str]> {
+    Some(match name {
+        "game_new" => &["protocol", "rules"],
+        "game_join" => &["code"],
+        "game_move" => &["game", "move"],
+        "game_wait" => &["game", "timeoutSeconds"],
+        "game_board" | "game_resign" => &["game"],
+        "game_list" => &[],
+        _ => return None,
+    })
 }
 
 /// Refuses an argument the tool does not take, naming the ones it does. A name longer than
@@ -447,6 +452,26 @@ mod tests {
             let e = secs(bad.clone()).expect_err("refused").to_string();
             assert!(e.contains("0 to 300"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn each_tools_schema_lists_exactly_the_arguments_it_takes() {
+        for tool in tool_list() {
+            let listed: Vec<String> = tool.input_schema["properties"]
+                .as_object()
+                .map(|p| p.keys().cloned().collect())
+                .unwrap_or_default();
+            let mut takes: Vec<String> = arguments_of(&tool.name)
+                .expect("a tool of the list")
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            takes.sort();
+            let mut listed = listed;
+            listed.sort();
+            assert_eq!(listed, takes, "{}", tool.name);
+        }
+        assert_eq!(arguments_of("game_nope"), None);
     }
 
     #[test]

@@ -142,16 +142,9 @@ fn argument(name: &str) -> BoxedStrategy<Value> {
     prop_oneof![4 => shaped, 1 => value()].boxed()
 }
 
-/// The arguments a tool takes.
+/// The arguments a tool takes (none for a name no tool has).
 fn takes(tool: &str) -> &'static [&'static str] {
-    match tool {
-        "game_new" => &["protocol", "rules"],
-        "game_join" => &["code"],
-        "game_move" => &["game", "move"],
-        "game_wait" => &["game", "timeoutSeconds"],
-        "game_board" | "game_resign" => &["game"],
-        _ => &[],
-    }
+    super::arguments_of(tool).unwrap_or(&[])
 }
 
 /// A tool call: a tool's name (or another), its arguments each present or not, now and
