@@ -1079,3 +1079,64 @@ fn a_data_directory_the_hub_makes_is_its_users_alone() {
         "the hub runs in it"
     );
 }
+
+#[test]
+fn a_pair_sent_again_with_its_idempotency_key_is_answered_again() {
+    // A guest whose answer to POST /v1/pair was lost sends the pair again with the same
+    // Idempotency-Key, even after the hub restarted, and is seated again at O (with a
+    // fresh token); anyone else with the code still hears it is used.
+    const KEY: &str = "3f7c1a9e-guest-retry-key";
+    let mut hub = Hub::start(&[]);
+    let c = Client::new();
+    let made = c.post(
+        &hub.url("/v1/inboxes/lobby/games"),
+        None,
+        &json!({"protocol": TTT}),
+    );
+    assert_eq!(made.status, 201, "{}", made.body);
+    let made = made.json();
+    let (game, code) = (made["game"].clone(), made["pairingCode"].clone());
+    let pair = |hub: &Hub, key: Option<&str>| -> (u16, Value) {
+        let mut req = ureq::post(&hub.url("/v1/pair")).set("Content-Type", "application/json");
+        if let Some(key) = key {
+            req = req.set("Idempotency-Key", key);
+        }
+        let res = match req.send_string(&json!({"code": code}).to_string()) {
+            Ok(res) | Err(ureq::Error::Status(_, res)) => res,
+            Err(e) => panic!("pair: {e}"),
+        };
+        let status = res.status();
+        let body = res.into_string().unwrap_or_default();
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    };
+    let (status, refused) = pair(&hub, Some("too short"));
+    assert_eq!((status, &refused["error"]), (400, &json!("bad_request")));
+
+    let (status, first) = pair(&hub, Some(KEY));
+    assert_eq!(status, 200, "{first}");
+    let (status, again) = pair(&hub, Some(KEY));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!((&again["game"], &again["seat"]), (&game, &json!("O")));
+    assert_ne!(again["token"], first["token"], "a fresh token");
+    hub.restart();
+    let (status, after_restart) = pair(&hub, Some(KEY));
+    assert_eq!(status, 200, "{after_restart}");
+    let view = format!(
+        "/v1/inboxes/lobby/games/{}/view",
+        game.as_str().expect("id")
+    );
+    for answer in [&first, &again, &after_restart] {
+        let token = answer["token"].as_str().expect("a token");
+        let seen = c.get_auth(&hub.url(&view), token);
+        assert_eq!(seen.status, 200, "{}", seen.body);
+        assert_eq!(seen.json()["seat"], "O", "{}", seen.body);
+    }
+    for key in [None, Some("another-guest-key-0123")] {
+        let (status, used) = pair(&hub, key);
+        assert_eq!(
+            (status, &used["error"]),
+            (410, &json!("code_used")),
+            "{key:?}"
+        );
+    }
+}

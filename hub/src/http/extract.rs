@@ -49,6 +49,25 @@ pub fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
     Ok(Some(token))
 }
 
+/// The request's `Idempotency-Key`, if it has one: 16 to 128 visible ASCII characters,
+/// which a client draws at random for one request and sends again with each retry of it.
+/// A header of another form is a 400, not a request without one: the client meant it.
+pub fn idempotency_key(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
+    let Some(value) = req.headers().get("idempotency-key") else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .filter(|k| (16..=128).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "an Idempotency-Key is 16 to 128 visible ASCII characters, drawn at random for one request",
+            )
+        })
+}
+
 /// Who is calling: the seat a token opens (if a token was sent) and the person the rate
 /// limit counts against.
 pub struct Caller {

@@ -138,11 +138,17 @@ pub async fn create_game(
     Ok(HttpResponse::Created().json(created))
 }
 
-/// Redeem a pairing code: seat O.
+/// Redeem a pairing code: seat O. Sent with an `Idempotency-Key` (16 to 128 visible ASCII
+/// characters, random), the same pair may be sent again with the same code and key for ten
+/// minutes, and is answered again with a fresh token for the same seat: a guest whose
+/// answer was lost is not shut out of its game. Without one, a second try is 410.
 #[utoipa::path(post, path = "/v1/pair", tag = "seats", request_body = PairBody,
+    params(("Idempotency-Key" = Option<String>, Header,
+            description = "16 to 128 visible ASCII characters drawn at random for this pair; sending the same pair again with it answers it again")),
     responses((status = 200, description = "`{inbox, game, seat: O, token}`", body = Object),
               (status = 404, description = "unknown code", body = ErrorBody),
-              (status = 410, description = "code_used or code_expired", body = ErrorBody),
+              (status = 400, description = "bad JSON, or a malformed Idempotency-Key", body = ErrorBody),
+              (status = 410, description = "code_used (but for a pair sent again with its Idempotency-Key) or code_expired", body = ErrorBody),
               (status = 429, description = "too many failed attempts from this address", body = ErrorBody),
               (status = 503, description = "the store cannot take writes", body = ErrorBody)))]
 pub async fn pair(
@@ -170,9 +176,10 @@ pub async fn pair(
             .await
             .map_err(|e| (None, e))?;
         let body: PairBody = extract::parse_request(&body).map_err(|e| (None, e))?;
+        let repeat_key = extract::idempotency_key(&req).map_err(|e| (None, e))?;
         state
             .hub
-            .pair(&body.code, body.key)
+            .pair(&body.code, body.key, repeat_key)
             .await
             .map_err(|err| (failed_code(&err), err.into()))
     }

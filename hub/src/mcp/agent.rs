@@ -239,9 +239,10 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
     }
 
     /// A seat that was not made is forgotten, its file and key with it: refused by the hub,
-    /// or with its answer lost. The hub may have seated the key before an answer was lost,
-    /// but the seat's token comes only in that answer, so this agent could never act for
-    /// it (a file kept for it was an unused key on disk, and nothing more).
+    /// or with its answer lost (a pair only once it was sent again and lost each time:
+    /// [`HubClient::pair`]). The hub may have seated the key before an answer was lost,
+    /// but the seat's token comes only in an answer, so this agent could never act for it
+    /// (a file kept for it was an unused key on disk, and nothing more).
     fn forget_if_unmade(
         &self,
         record: &SeatRecord,

@@ -20,6 +20,8 @@ use crate::client::{retry_after, seg, HubUrl};
 
 /// How long any one request may take. A post waits up to 5 s for its verdict at the hub.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// The pauses before each new try of a pair whose answer was lost.
+const PAIR_RETRY_PAUSES: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
 /// The hub's largest page of captures.
 const PAGE: usize = 1000;
 /// Bounds on one listing of a game's captures. A hub that keeps handing out cursors would
@@ -121,11 +123,29 @@ impl HubClient {
         self.json(Method::POST, &url, None, Some(body)).await
     }
 
-    /// Redeems a pairing code with O's public key.
+    /// Redeems a pairing code with O's public key. A pair whose answer is lost (the hub
+    /// unreachable mid-request, or failing with a 5xx) is sent again, a few times, with
+    /// the same `Idempotency-Key`: if the first one seated O, the hub answers the same pair
+    /// again rather than that the code is used, and the seat is not lost with the answer.
     pub async fn pair(&self, code: &str, key: &str) -> Result<Seated, AgentError> {
         let url = format!("{}/v1/pair", self.base);
         let body = json!({"code": code, "key": key});
-        self.json(Method::POST, &url, None, Some(body)).await
+        let repeat_key = crate::game::seats::new_token();
+        let mut pauses = PAIR_RETRY_PAUSES.iter();
+        loop {
+            let req = self
+                .http
+                .post(&url)
+                .header("Idempotency-Key", &repeat_key)
+                .json(&body);
+            match self.answered(req).await {
+                Err(e) if e.answer_lost() => match pauses.next() {
+                    Some(pause) => tokio::time::sleep(*pause).await,
+                    None => return Err(e),
+                },
+                answered => return answered,
+            }
+        }
     }
 
     /// `…/v1/inboxes/{inbox}/games/{game}` and `rest`, the ids percent-encoded.
@@ -227,6 +247,14 @@ impl HubClient {
         if let Some(b) = body {
             req = req.json(&b);
         }
+        self.answered(req).await
+    }
+
+    /// Sends a request and reads its JSON answer; an error status is the hub's error.
+    async fn answered<T: for<'de> Deserialize<'de>>(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, AgentError> {
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
         let retry = retry_after(resp.headers());
@@ -361,5 +389,76 @@ mod tests {
             matches!(&late, Err(AgentError::Verification(m)) if m.contains("took over")),
             "{late:?}"
         );
+    }
+
+    /// One HTTP request read off `tcp`: its head, lowercased, and its body.
+    async fn read_request(tcp: &mut tokio::net::TcpStream) -> (String, String) {
+        use tokio::io::AsyncReadExt;
+        let mut bytes = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            let n = tcp.read(&mut chunk).await.expect("a request");
+            assert!(n > 0, "the request ended early");
+            bytes.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&bytes).to_string();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let head = text[..end].to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if text.len() >= end + 4 + length {
+                    return (head, text[end + 4..].to_string());
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pair_whose_answer_is_lost_is_sent_again_with_the_same_idempotency_key() {
+        // A hub that seats O and then loses the connection before answering, then answers
+        // the same pair sent again: the agent gets its seat, and both tries named one key.
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bound");
+        let base = format!("http://{}", listener.local_addr().expect("an address"));
+        let hub = tokio::spawn(async move {
+            let mut keys = Vec::new();
+            for answer in [false, true] {
+                let (mut tcp, _) = listener.accept().await.expect("a connection");
+                let (head, body) = read_request(&mut tcp).await;
+                assert!(head.starts_with("post /v1/pair "), "{head}");
+                assert_eq!(
+                    serde_json::from_str::<Value>(&body).expect("json"),
+                    json!({"code": "ABCD2345", "key": "ab"})
+                );
+                keys.push(
+                    head.lines()
+                        .find_map(|l| l.strip_prefix("idempotency-key:"))
+                        .map(|k| k.trim().to_string()),
+                );
+                if answer {
+                    let seated = json!({"inbox": "lobby", "game": "g1", "seat": "O", "token": "t"})
+                        .to_string();
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{seated}",
+                        seated.len()
+                    );
+                    tcp.write_all(reply.as_bytes()).await.expect("answered");
+                }
+            }
+            keys
+        });
+        let client = HubClient::new(&base).expect("a client");
+        let seated = client
+            .pair("ABCD2345", "ab")
+            .await
+            .expect("seated on the second try");
+        assert_eq!((seated.game.as_str(), seated.token.as_str()), ("g1", "t"));
+        let keys = hub.await.expect("the hub's side");
+        assert!(keys[0].as_ref().is_some_and(|k| k.len() >= 16), "{keys:?}");
+        assert_eq!(keys[0], keys[1], "one key for both tries");
     }
 }

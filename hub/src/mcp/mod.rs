@@ -114,6 +114,16 @@ impl AgentError {
         )
     }
 
+    /// True when a request's answer never came, or came as the hub's failure (5xx): the
+    /// hub may have done what was asked, and only sending it again can tell.
+    pub fn answer_lost(&self) -> bool {
+        match self {
+            AgentError::Transport(_) => true,
+            AgentError::Hub { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+
     /// How long to wait before trying again, when the hub said (a rate limit).
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

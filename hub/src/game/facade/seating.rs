@@ -141,7 +141,16 @@ impl Hub {
 
     /// `POST /v1/pair`: redeems a code, seats O (with its own public key, or hub-held), and
     /// when the hub owes the start, answers only once that start is accepted.
-    pub async fn pair(&self, code: &str, key: Option<String>) -> Result<Paired, HubError> {
+    /// `repeat_key` is the request's `Idempotency-Key`: the same pair sent again with it
+    /// is answered again, with a fresh token for the same seat ([`Seats::pair`]).
+    ///
+    /// [`Seats::pair`]: crate::game::seats::Seats::pair
+    pub async fn pair(
+        &self,
+        code: &str,
+        key: Option<String>,
+        repeat_key: Option<&str>,
+    ) -> Result<Paired, HubError> {
         if let Some(k) = &key {
             // Checked before the code is spent, so a typo in the key does not burn it.
             check_key(k)?;
@@ -151,7 +160,7 @@ impl Hub {
         let (token, reg) = self
             .engine
             .seats
-            .pair(code, |reg| match (reg.signed, key) {
+            .pair(code, repeat_key, |reg| match (reg.signed, key) {
                 (false, Some(_)) => Err(HubError::BadRequest(
                     "this game is unsigned: pair without a key".into(),
                 )),

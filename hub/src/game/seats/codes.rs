@@ -21,6 +21,12 @@ use crate::game::{HubError, Unavailable};
 /// try is told why it failed, before it is purged.
 pub const CODE_KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// How long after a pair its guest may make it again, with the same code and the same
+/// `Idempotency-Key`, and be given O's seat once more: time enough for a client whose
+/// answer was lost on its way to try again, not long enough for a code seen later to open
+/// the seat.
+pub const PAIR_REPEAT: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+
 /// Crockford base32: no I, L, O, U, so codes read aloud and typed by hand survive.
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -99,6 +105,7 @@ impl Seats {
             game: game.to_string(),
             expires_ms: *expires_ms,
             used: false,
+            repeat_key: None,
         };
         Ok(self
             .meta
@@ -114,11 +121,25 @@ impl Seats {
         inbox: &str,
         game: &str,
     ) -> Result<(), HubError> {
+        self.spend_code(hash, inbox, game, None).await
+    }
+
+    /// Kills a code a pair has spent, as [`Seats::retire_code`] does; its tombstone keeps
+    /// the hash of the pair's `Idempotency-Key`, if it had one, so that its guest may make
+    /// the pair again ([`PAIR_REPEAT`]).
+    pub(super) async fn spend_code(
+        &self,
+        hash: &str,
+        inbox: &str,
+        game: &str,
+        repeat_key: Option<&str>,
+    ) -> Result<(), HubError> {
         let rec = CodeRecord {
             inbox: inbox.to_string(),
             game: game.to_string(),
             expires_ms: now_ms(),
             used: true,
+            repeat_key: repeat_key.map(str::to_string),
         };
         self.meta.put(&code_key(hash), json_bytes(&rec)?).await?;
         Ok(())

@@ -14,7 +14,9 @@
 //!   their hash is stored, so a copy of the data directory opens no seat.
 //! - `code/{sha256(code)}`: a pairing code (8 Crockford base32 characters, 40 random
 //!   bits), its deadline and whether it was used. Redeeming takes the record atomically, so
-//!   a code works once; a used code leaves a tombstone so a second try answers `code_used`.
+//!   a code works once; a used code leaves a tombstone so a second try answers `code_used`
+//!   (but for the guest that spent it, who may repeat its pair with the same
+//!   `Idempotency-Key` for ten minutes: [`Seats::pair`]).
 //!   A day after a code expired or died it is purged ([`CODE_KEEP`]); a try then answers
 //!   `not_found`.
 //! - `open/{person}/{inbox}/{game}`: the host's open games, for the per-person cap.
@@ -455,14 +457,22 @@ impl Seats {
     /// Redeems a pairing code: seats O with `key_o` (`Some` when O's agent holds its key,
     /// with the public key; for a hub-held O pass the derived public key and `agent=false`).
     /// Returns O's token and the updated registration.
+    ///
+    /// `repeat_key` is the request's `Idempotency-Key`, if it had one. A pair made with
+    /// one may be made again with the same code and key for [`PAIR_REPEAT`](codes::PAIR_REPEAT)
+    /// ([`Seats::repeat_pair`]), so that a guest whose answer was lost is not left
+    /// outside a game it was seated in.
     pub async fn pair(
         &self,
         code: &str,
+        repeat_key: Option<&str>,
         o_key: impl FnOnce(&Registration) -> Result<(Option<String>, bool), HubError>,
     ) -> Result<(String, Registration), HubError> {
         let code = normalize_code(code).ok_or_else(|| HubError::NotFound("unknown code".into()))?;
         let hash = crypto::sha256_hex(code.as_bytes());
         let key = code_key(&hash);
+        // Only the key's hash is stored, as a token's is.
+        let repeat_key = repeat_key.map(|k| crypto::sha256_hex(k.as_bytes()));
         let Some(rec) = self.meta.take(&key).await? else {
             return Err(self.code_not_there(&key).await);
         };
@@ -471,6 +481,9 @@ impl Seats {
         if rec.used || now_ms() > rec.expires_ms {
             // Put it back as it was, so a second try gets the same answer.
             self.meta.put(&key, json_bytes(&rec)?).await?;
+            if rec.repeats(repeat_key.as_deref(), now_ms()) {
+                return self.repeat_pair(&rec, o_key).await;
+            }
             return Err(if rec.used {
                 HubError::CodeUsed
             } else {
@@ -530,7 +543,7 @@ impl Seats {
         let ids = (rec.inbox.as_str(), rec.game.as_str());
         let (token, (), paired) = futures_util::try_join!(
             self.issue_token(&reg.inbox, &reg.game, Seat::O),
-            self.retire_code(&hash, &rec.inbox, &rec.game),
+            self.spend_code(&hash, &rec.inbox, &rec.game, repeat_key.as_deref()),
             self.swap_registration(ids, before.as_ref(), Some(&reg)),
         )?;
         if !paired {
@@ -542,6 +555,39 @@ impl Seats {
             return Err(HubError::CodeUsed);
         }
         Ok((token, reg))
+    }
+
+    /// Makes a pair again for its guest ([`CodeRecord::repeats`]): a fresh token for O's
+    /// seat, issued only while the game is seated as that pair left it, with the key this
+    /// request asks for. The first answer's token keeps working: both went to the one
+    /// guest that holds the code and the `Idempotency-Key`.
+    async fn repeat_pair(
+        &self,
+        rec: &CodeRecord,
+        o_key: impl FnOnce(&Registration) -> Result<(Option<String>, bool), HubError>,
+    ) -> Result<(String, Registration), HubError> {
+        let _turn = self.turn(&rec.inbox, &rec.game).lock().await;
+        let reg = if self.shared {
+            self.read_registration(&rec.inbox, &rec.game)
+                .await?
+                .map(|(reg, _)| reg)
+        } else {
+            match self.registration(&rec.inbox, &rec.game) {
+                Some(reg) => Some(reg),
+                None => self.refresh(&rec.inbox, &rec.game).await?,
+            }
+        };
+        // A registration gone from the store, or not paired, has no seat to give again.
+        let Some(reg) = reg.filter(|reg| reg.paired) else {
+            return Err(HubError::CodeUsed);
+        };
+        let (key_o, agent_o) = o_key(&reg)?;
+        if reg.key_o != key_o || reg.agent_o != agent_o {
+            // Another key than the pair was made with: not the same request again.
+            return Err(HubError::CodeUsed);
+        }
+        let token = self.issue_token(&reg.inbox, &reg.game, Seat::O).await?;
+        Ok((token, Registration::clone(&reg)))
     }
 
     /// Why a code's record was not there to take. Another guest's pair may have it, and

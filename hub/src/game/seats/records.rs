@@ -62,6 +62,23 @@ pub(super) struct CodeRecord {
     pub(super) game: String,
     pub(super) expires_ms: u64,
     pub(super) used: bool,
+    /// On the tombstone of a code a pair spent: the hex SHA-256 of the `Idempotency-Key`
+    /// that pair was sent with, by which its guest may make it again
+    /// ([`PAIR_REPEAT`](super::codes::PAIR_REPEAT)). Absent from older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) repeat_key: Option<String>,
+}
+
+impl CodeRecord {
+    /// True when this is the tombstone of a pair made with `repeat_key` (hashed) no longer
+    /// ago than [`PAIR_REPEAT`](super::codes::PAIR_REPEAT) before `now_ms`.
+    pub(super) fn repeats(&self, repeat_key: Option<&str>, now_ms: u64) -> bool {
+        let window = super::codes::PAIR_REPEAT.as_millis() as u64;
+        self.used
+            && repeat_key.is_some()
+            && self.repeat_key.as_deref() == repeat_key
+            && now_ms <= self.expires_ms.saturating_add(window)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

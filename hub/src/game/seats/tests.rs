@@ -162,7 +162,7 @@ async fn a_reserved_id_is_refused_and_leaves_no_seat_or_code_behind() {
     let reg = seats.registration("lobby", "g1").expect("registered");
     assert_eq!(reg.code_hash.as_deref(), Some(hash.as_str()));
     let (_, paired) = seats
-        .pair(&code, |_| Ok((None, false)))
+        .pair(&code, None, |_| Ok((None, false)))
         .await
         .expect("pair");
     assert!(paired.paired);
@@ -214,7 +214,7 @@ async fn a_pair_and_a_fresh_code_of_one_game_take_turns() {
     for trial in 0..24 {
         let game = format!("g{trial}");
         let (_, x, code) = new_game(&seats, trial).await;
-        let pair = seats.pair(&code, |_| Ok((None, false)));
+        let pair = seats.pair(&code, None, |_| Ok((None, false)));
         let (paired, fresh) = together(trial, pair, seats.new_code(&x, 60_000)).await;
         match (paired, fresh) {
             (Ok(_), Err(HubError::AlreadyPaired)) => paired_first += 1,
@@ -222,11 +222,11 @@ async fn a_pair_and_a_fresh_code_of_one_game_take_turns() {
                 fresh_first += 1;
                 // The fresh code seats O once; the game then takes no other code.
                 let (_, reg) = seats
-                    .pair(&fresh_code, |_| Ok((None, false)))
+                    .pair(&fresh_code, None, |_| Ok((None, false)))
                     .await
                     .expect("the fresh code pairs");
                 assert!(reg.paired);
-                let again = seats.pair(&fresh_code, |_| Ok((None, false))).await;
+                let again = seats.pair(&fresh_code, None, |_| Ok((None, false))).await;
                 assert!(matches!(again, Err(HubError::CodeUsed)), "{again:?}");
             }
             other => panic!("trial {trial}: both or neither went through: {other:?}"),
@@ -301,8 +301,8 @@ async fn of_two_guests_racing_for_one_code_the_loser_hears_it_was_used() {
         let (_, _, code) = new_game(&a, trial).await;
         let (won, lost) = together(
             trial,
-            a.pair(&code, |_| Ok((None, false))),
-            b.pair(&code, |_| Ok((None, false))),
+            a.pair(&code, None, |_| Ok((None, false))),
+            b.pair(&code, None, |_| Ok((None, false))),
         )
         .await;
         match (won, lost) {
@@ -310,7 +310,7 @@ async fn of_two_guests_racing_for_one_code_the_loser_hears_it_was_used() {
             other => panic!("trial {trial}: {other:?}"),
         }
     }
-    let unknown = b.pair("ZZZZZZZZ", |_| Ok((None, false))).await;
+    let unknown = b.pair("ZZZZZZZZ", None, |_| Ok((None, false))).await;
     assert!(matches!(unknown, Err(HubError::NotFound(_))), "{unknown:?}");
 }
 
@@ -323,7 +323,7 @@ async fn a_pair_and_a_cancel_of_one_game_take_turns() {
     for trial in 0..24 {
         let game = format!("g{trial}");
         let (x_token, x, code) = new_game(&seats, trial).await;
-        let pair = seats.pair(&code, |_| Ok((None, false)));
+        let pair = seats.pair(&code, None, |_| Ok((None, false)));
         let (paired, cancelled) = together(trial, pair, seats.cancel(&x)).await;
         let stored = meta
             .get(&game_key("lobby", &game))
@@ -378,7 +378,7 @@ async fn nodes_sharing_a_store_pair_renew_and_cancel_one_game_one_at_a_time() {
     for trial in 0..32 {
         let game = format!("g{trial}");
         let (_, x, code) = new_game(&a, trial).await;
-        let pair = a.pair(&code, |_| Ok((None, false)));
+        let pair = a.pair(&code, None, |_| Ok((None, false)));
         if trial % 2 == 0 {
             let (paired, fresh) = together(trial / 2, pair, b.new_code(&x, 60_000)).await;
             let reg = stored(game.clone()).await.expect("still there");
@@ -482,6 +482,7 @@ async fn a_purge_deletes_exactly_the_codes_dead_long_enough_across_many_pages() 
             game: format!("g{i}"),
             expires_ms: dead_since,
             used: i % 2 == 0,
+            repeat_key: None,
         };
         meta.put(&key, json_bytes(&rec).expect("json"))
             .await
@@ -543,7 +544,7 @@ async fn a_waiting_game_whose_code_died_long_ago_or_is_gone_is_stranded_and_aban
         .await
         .expect("a code");
     seats
-        .pair(&code, |_| Ok((None, false)))
+        .pair(&code, None, |_| Ok((None, false)))
         .await
         .expect("paired");
     let keep = 1_000;
@@ -577,4 +578,63 @@ async fn a_waiting_game_whose_code_died_long_ago_or_is_gone_is_stranded_and_aban
         .await
         .expect("not its code"));
     assert!(seats.registration("lobby", "renewed").is_some());
+}
+
+#[actix_rt::test]
+async fn a_pair_sent_again_with_its_idempotency_key_seats_its_guest_again() {
+    // A guest whose answer was lost sends the same pair again: with the key it was sent
+    // with, it gets a token for the same seat; without it, or with another key, or with
+    // another public key for O, it is a used code, as for anyone else.
+    let (_dir, meta, seats) = seats_on_disk().await;
+    let (_, _, code) = new_game(&seats, 1).await;
+    let key = "a-random-key-0123456789";
+    let o_key = |k: &str| {
+        let k = k.to_string();
+        move |_: &Registration| Ok((Some(k), true))
+    };
+    let (first, paired) = seats
+        .pair(&code, Some(key), o_key("aa"))
+        .await
+        .expect("pair");
+    assert!(paired.paired);
+    let (again, reg) = seats
+        .pair(&code, Some(key), o_key("aa"))
+        .await
+        .expect("the same pair, made again");
+    assert_ne!(again, first, "a fresh token");
+    assert_eq!(
+        (reg.game.as_str(), reg.key_o.as_deref()),
+        ("g1", Some("aa"))
+    );
+    for token in [&first, &again] {
+        let seat = seats.seat_for_token(token).expect("a seat");
+        assert_eq!((&*seat.game, seat.seat), ("g1", Seat::O));
+    }
+    for (repeat_key, public_key) in [
+        (None, "aa"),
+        (Some("another-key-0123456789"), "aa"),
+        (Some(key), "bb"),
+    ] {
+        let refused = seats.pair(&code, repeat_key, o_key(public_key)).await;
+        assert!(
+            matches!(refused, Err(HubError::CodeUsed)),
+            "{repeat_key:?} {public_key}: {refused:?}"
+        );
+    }
+    // Ten minutes after the pair the code is as dead for its guest as for anyone.
+    let code_key = code_key(&crypto::sha256_hex(code.as_bytes()));
+    let mut tombstone: CodeRecord =
+        serde_json::from_slice(&meta.get(&code_key).await.expect("get").expect("kept"))
+            .expect("a code record");
+    assert_ne!(
+        tombstone.repeat_key.as_deref(),
+        Some(key),
+        "only its hash is kept"
+    );
+    tombstone.expires_ms -= codes::PAIR_REPEAT.as_millis() as u64 + 1_000;
+    meta.put(&code_key, json_bytes(&tombstone).expect("json"))
+        .await
+        .expect("put");
+    let late = seats.pair(&code, Some(key), o_key("aa")).await;
+    assert!(matches!(late, Err(HubError::CodeUsed)), "{late:?}");
 }

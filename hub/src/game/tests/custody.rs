@@ -161,7 +161,7 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
         .expect("X");
     let paired = f
         .hub
-        .pair(&created.pairing_code, None)
+        .pair(&created.pairing_code, None, None)
         .await
         .expect("paired");
     let o = f

@@ -139,7 +139,7 @@ async fn seated(f: &Fixture, protocol: &str, signed: bool) -> (SeatAuth, SeatAut
     assert_eq!(waiting.seq, None);
     let paired = f
         .hub
-        .pair(&created.pairing_code, None)
+        .pair(&created.pairing_code, None, None)
         .await
         .expect("paired");
     let o = f

@@ -146,7 +146,7 @@ async fn an_agent_held_host_writes_its_own_start_and_the_hub_checks_it() {
         .expect("created");
     let x = seat_of(&f.hub, &created.token).await;
     f.hub
-        .pair(&created.pairing_code, None)
+        .pair(&created.pairing_code, None, None)
         .await
         .expect("paired");
     let paired = f
@@ -215,7 +215,7 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     ));
     assert!(f
         .hub
-        .pair("ZZZZZZZZ", None)
+        .pair("ZZZZZZZZ", None, None)
         .await
         .is_err_and(|e| e.status() == 404));
 
@@ -224,7 +224,7 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     let fresh = f.hub.new_code(&xa).await.expect("new code");
     assert_eq!(pair_error(&f.hub, &a.pairing_code).await, Some("code_used"));
     f.hub
-        .pair(&fresh.pairing_code.to_lowercase(), None)
+        .pair(&fresh.pairing_code.to_lowercase(), None, None)
         .await
         .expect("paired");
     assert_eq!(
@@ -245,7 +245,7 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
         .await
         .expect("looked up")
         .is_none());
-    assert!(f.hub.pair(&b.pairing_code, None).await.is_err());
+    assert!(f.hub.pair(&b.pairing_code, None, None).await.is_err());
     let live = f
         .hub
         .create_game(INBOX, req(), "p")
@@ -294,7 +294,7 @@ async fn pairing_codes_work_once_expire_and_can_be_renewed_or_cancelled() {
     assert_eq!(pair_error(&g.hub, &e.pairing_code).await, Some("not_found"));
     // A live code is never purged.
     f.hub
-        .pair(&live.pairing_code, None)
+        .pair(&live.pairing_code, None, None)
         .await
         .expect("the live code still pairs");
 }
@@ -330,7 +330,7 @@ async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
     f.hub.cancel(&xb).await.expect("a cancel needs no inbox");
     inbox.fail_writes(false);
     f.hub
-        .pair(&a.pairing_code, None)
+        .pair(&a.pairing_code, None, None)
         .await
         .expect("the code was not spent");
     let s = f
@@ -351,7 +351,7 @@ async fn seat_of(hub: &Hub, token: &str) -> SeatAuth {
 
 /// The reason a pairing attempt with `code` is refused, `None` when it pairs.
 async fn pair_error(hub: &Hub, code: &str) -> Option<&'static str> {
-    hub.pair(code, None).await.err().map(|e| e.code())
+    hub.pair(code, None, None).await.err().map(|e| e.code())
 }
 
 #[actix_rt::test]

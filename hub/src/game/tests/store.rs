@@ -54,7 +54,10 @@ async fn won_game(hub: &Hub, host: &str) -> (String, String, SeatAuth, SeatAuth)
         .create_game(INBOX, tic_tac_toe(), host)
         .await
         .expect("create");
-    let paired = hub.pair(&created.pairing_code, None).await.expect("pair");
+    let paired = hub
+        .pair(&created.pairing_code, None, None)
+        .await
+        .expect("pair");
     let x = hub
         .seat_for_token(&created.token)
         .await
@@ -246,7 +249,11 @@ async fn a_seat_is_read_from_the_store_at_its_first_use_after_a_restart() {
         .create_game(INBOX, tic_tac_toe(), "host-1")
         .await
         .expect("create");
-    let paired = f.hub.pair(&playing.pairing_code, None).await.expect("pair");
+    let paired = f
+        .hub
+        .pair(&playing.pairing_code, None, None)
+        .await
+        .expect("pair");
     let x = f
         .hub
         .seat_for_token(&playing.token)
