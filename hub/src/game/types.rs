@@ -200,6 +200,8 @@ pub struct CaptureItem {
     /// The event as it was posted (its JSON), or the raw text when it is not JSON.
     pub event: Value,
     pub verdict: Verdict,
+    /// The event's hash, as its post answered it whatever the verdict (a `pending` capture
+    /// has one too); null only for stored bytes that are not an event.
     pub hash: Option<String>,
     pub reason: Option<String>,
     pub detail: Option<String>,

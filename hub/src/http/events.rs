@@ -139,7 +139,7 @@ pub async fn post_event(
         ("capture" = String, Path, description = "a capture as returned by a post"),
     ),
     responses(
-        (status = 200, description = "`{capture, game, event, verdict, hash, reason, detail, seat, atMs}`", body = Object),
+        (status = 200, description = "`{capture, game, event, verdict, hash, reason, detail, seat, atMs}`; `hash` is the event's hash whatever the verdict, the one its post answered with (null only for stored bytes that are not an event)", body = Object),
         (status = 404, description = "no such capture in this inbox", body = ErrorBody),
     )
 )]
@@ -179,7 +179,7 @@ pub const PAGE_MAX: usize = 1000;
     tag = "events",
     params(("inbox" = String, Path, description = "inbox name"), CaptureQuery),
     responses(
-        (status = 200, description = "`{items: [{capture, event, verdict, reason, seat, …}], next}`", body = Object),
+        (status = 200, description = "`{items: [{capture, event, verdict, reason, seat, …}], next}`, each item as `GET …/events/{capture}` shows it", body = Object),
         (status = 400, description = "a bad cursor or query", body = ErrorBody),
     )
 )]

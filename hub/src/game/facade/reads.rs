@@ -3,6 +3,7 @@
 //! of an id that does not exist starts no actor.
 
 use games::reason::Reason;
+use games::verify::Prepared;
 use games::{Event, Viewer};
 use serde_json::Value;
 
@@ -237,6 +238,8 @@ fn export_lines(accepted: &[Capture], records: &[Record]) -> Result<String, Stri
     Ok(out)
 }
 
+/// A capture as a read shows it. Its `hash` is the one its post answered with, whatever the
+/// verdict: the accepted hash the store kept, else the hash of the event as stored.
 fn capture_item(record: Record, verdict: Option<StoredVerdict>) -> CaptureItem {
     let event = serde_json::from_slice::<Value>(&record.raw)
         .unwrap_or_else(|_| Value::from(String::from_utf8_lossy(&record.raw).into_owned()));
@@ -256,6 +259,7 @@ fn capture_item(record: Record, verdict: Option<StoredVerdict>) -> CaptureItem {
             None,
         ),
     };
+    let hash = hash.or_else(|| event_hash(&record.raw));
     CaptureItem {
         capture: Some(record.capture),
         game: record.game,
@@ -267,6 +271,18 @@ fn capture_item(record: Record, verdict: Option<StoredVerdict>) -> CaptureItem {
         seat: record.seat,
         at_ms: record.at_ms,
     }
+}
+
+/// The hash of the event stored as `raw`: SHA-256 of its canonical bytes, worked out as the
+/// referee works it out for its verdict and the poster for a `pending` answer
+/// (`Prepared::of`). A verdict of `rejected`, `skipped` or none keeps no hash, so a read
+/// works it out again rather than show null where the post showed a hash. `None` for bytes
+/// that are not an event: they have no canonical form, and no post was ever answered with
+/// them (the hub refuses such a body before the inbox).
+fn event_hash(raw: &[u8]) -> Option<String> {
+    Event::parse(raw)
+        .ok()
+        .map(|event| Prepared::of(&event).hash)
 }
 
 /// Where a game listing goes on: among the seated games that have not started, below

@@ -674,6 +674,64 @@ async fn a_verdict_that_comes_late_is_pending_and_a_lookup_settles_it() {
 }
 
 #[actix_rt::test]
+async fn every_read_of_a_capture_shows_the_hash_its_post_answered() {
+    // A rejected, a skipped and a pending capture kept no hash with their verdict, and
+    // their reads showed null where the post had answered the event's hash. (The whole
+    // verdict wait is spent on the pending post: a shorter one could leave the others
+    // pending on a busy machine.)
+    let inbox = MemInbox::new(2);
+    let f = open_on(inbox.clone(), Arc::new(MemMeta::default()), config()).await;
+    let start = post(&f, event("same", 0, "", Seat::X, None), None)
+        .await
+        .expect("posted");
+    let head = start.hash.clone().expect("a hash");
+    let out_of_turn = post(&f, event("same", 1, &head, Seat::O, rc(0, 0)), None)
+        .await
+        .expect("posted");
+    assert_eq!(out_of_turn.verdict, Verdict::Rejected);
+    let mut unknown = event("elsewhere", 0, "", Seat::X, None);
+    unknown.protocol = Some("somebody:else".into());
+    let skipped = post(&f, unknown, None).await.expect("posted");
+    assert_eq!(skipped.verdict, Verdict::Skipped);
+    // The game's actor is resident and its consumer hands it nothing more: the move stays
+    // without a verdict, and a lookup cannot settle it either.
+    inbox.pause_consumers(true);
+    let pending = post(&f, event("same", 1, &head, Seat::X, rc(0, 0)), None)
+        .await
+        .expect("posted");
+    assert_eq!(pending.verdict, Verdict::Pending);
+
+    let posts = [&start, &out_of_turn, &skipped, &pending];
+    for p in posts {
+        let capture = p.capture.expect("a capture");
+        let item = f.hub.capture(INBOX, capture).await.expect("a capture");
+        assert_eq!(item.verdict, p.verdict, "{capture}");
+        assert!(p.hash.is_some(), "{p:?}");
+        assert_eq!(item.hash, p.hash, "{capture} read as {:?}", item.verdict);
+    }
+    let listed = f.hub.captures(INBOX, None, None, 10).await.expect("listed");
+    let listed: Vec<_> = listed.items.iter().map(|i| (i.capture, &i.hash)).collect();
+    let posted: Vec<_> = posts.iter().map(|p| (p.capture, &p.hash)).collect();
+    assert_eq!(listed, posted);
+}
+
+#[actix_rt::test]
+async fn a_capture_that_is_no_event_reads_with_no_hash() {
+    // The hub refuses such a body before the inbox; another writer of the store need not.
+    let inbox = MemInbox::new(1);
+    let raw = Bytes::from_static(b"{\"game\": \"junk\", ");
+    let capture = inbox
+        .append(INBOX, "junk", None, raw)
+        .await
+        .expect("appended");
+    let f = open_on(inbox, Arc::new(MemMeta::default()), config()).await;
+    let item = f.hub.capture(INBOX, capture).await.expect("a capture");
+    assert_eq!(item.verdict, Verdict::Rejected);
+    assert_eq!(item.reason.as_deref(), Some("bad_json"));
+    assert_eq!(item.hash, None);
+}
+
+#[actix_rt::test]
 async fn a_rebuild_settles_a_record_without_verdict_in_its_place_in_the_order() {
     // A, B, C of one game are stored; the hub stopped after recording A's and C's
     // verdicts but not B's. The rebuilt chain must take them in order: A, B, C.
