@@ -621,6 +621,17 @@ fn a_node_that_does_not_own_a_shard_answers_with_the_owners_verdict() {
     assert_eq!(stale.status, 422, "{}", stale.body);
     assert_eq!(stale.error(), "stale_seq");
     assert_eq!(stale.json()["state"]["seq"], json!(3), "{}", stale.body);
+    // Its capture reads back on either node as the 422 answered: rejected, with the hash
+    // of the event as posted (the owner records no hash with a rejection).
+    let stale_capture = stale.json()["capture"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    for n in &nodes {
+        let r = client.get(&n.url(&format!("/v1/inboxes/whole/events/{stale_capture}")));
+        assert_eq!(r.json()["verdict"], json!("rejected"), "{}", r.body);
+        assert_eq!(r.json()["hash"], stale.json()["hash"], "{}", r.body);
+    }
     // Node 0 judged all four; node 1 judged none, and reads what node 0 recorded.
     assert_eq!(
         counter_sum(&client, &nodes[0], "pipehub_events_total") - judged[0],
