@@ -251,7 +251,7 @@ impl Writer {
         }
         let written = self.log.reserve(buf.len()).and_then(|(segment, base)| {
             let began = Instant::now();
-            self.log.write_batch(&buf, sync)?;
+            self.log.write_batch(&mut buf, sync)?;
             if let (true, Some(h)) = (sync, self.shared.stats.flush_seconds.get()) {
                 h.observe(began.elapsed().as_secs_f64());
             }

@@ -2,19 +2,23 @@
 //! inbox and of the embedded meta store.
 //!
 //! A frame is `len: u32 LE`, `crc32(payload): u32 LE`, then `len` bytes of payload. Frames
-//! are appended to the newest segment file (`{stem}-{n:08}.log`); when it passes its size
-//! limit the next batch goes to a fresh segment. Older segments are complete: the last
-//! batch written to one was fsynced before the next segment was made.
+//! are appended to the newest segment file (`{stem}-{n:08}.log`) a batch at a time, and
+//! each batch ends in a mark (`mark`): a frame of the log's own, never handed to its
+//! owner, that records how much of the segment had been fsynced when the batch was
+//! written. When a segment passes its size limit the next batch goes to a fresh segment.
+//! Older segments are complete: the last batch written to one was fsynced before the next
+//! segment was made.
 //!
 //! At open every segment is read front to back, a chunk at a time (a log's size does not
-//! decide how much memory opening it takes). In the *newest* segment, within [`TORN_MAX`]
-//! of the end of its data (a crash tears only its last write), a frame that the file's end
-//! cuts short, or one with a sector's share of it all zeros, marks a torn tail — a batch
-//! that was being written when the process died, never acknowledged — and the segment is
-//! cut there. Any other damage is a changed byte or a lost block, which no crash leaves:
-//! the frames after it may be acknowledged ones, so open refuses it and says how to cut
-//! the file by hand, as it refuses any damage in an older segment (`recovery` reads the
-//! frames and tells the three apart).
+//! decide how much memory opening it takes). In the *newest* segment, a frame that the
+//! file's end cuts short, or one with a sector's share of it all zeros, marks a torn tail —
+//! a batch that was being written when the process died, never acknowledged — and the
+//! segment is cut there, provided it lies where a crash can tear: after what every later
+//! batch's mark records as synced, and within [`TORN_MAX`] of the end of the data. Any
+//! other damage is a changed byte or a lost block, which no crash leaves: the frames after
+//! it may be acknowledged ones, so open refuses it and says how to cut the file by hand,
+//! as it refuses any damage in an older segment (`recovery` reads the frames and tells the
+//! three apart).
 //!
 //! The newest segment is allocated ahead of its data by writing zeros (from
 //! [`AHEAD_MIN`] bytes at a time, doubling up to [`AHEAD_MAX`]), so an append neither
@@ -39,9 +43,11 @@ use parking_lot::RwLock;
 
 use super::StoreError;
 
+mod mark;
 mod pacing;
 mod recovery;
 
+pub use mark::MARK_BYTES;
 pub use pacing::{Pacer, Pacing};
 use recovery::{damage_at, last_nonzero, replay, READ_CHUNK};
 
@@ -55,7 +61,8 @@ pub const MAX_BATCH_BYTES: usize = 512 << 10;
 /// The most a crash can leave written and not synced at the end of a segment: one batch,
 /// the verdicts written without an fsync before it, and a compaction's chunk (each synced
 /// before the next is written), with room to spare. Damage further from the data's end
-/// than this is no torn write, whatever it looks like.
+/// than this is no torn write, whatever it looks like. (The batches' marks tell it closer
+/// than this; in a log written before them, this is all that does.)
 pub const TORN_MAX: u64 = 4 << 20;
 /// The first stretch of zeros a segment is allocated ahead with: a store that holds
 /// little (the tests open hundreds) writes little.
@@ -189,6 +196,9 @@ pub struct SegmentLog {
     active_len: u64,
     /// The active segment's size on disk: `active_len` plus the zeros allocated ahead.
     allocated: u64,
+    /// How much of the active segment an fsync that returned has made durable: what the
+    /// next batch's mark records.
+    synced: u64,
 }
 
 /// Appends one frame holding whatever `payload` writes into `out`.
@@ -391,6 +401,11 @@ impl SegmentLog {
                 file.sync_all()?;
                 replayed.truncated = torn;
             }
+            if i + 1 == indexes.len() && good == len && good > 0 {
+                // The next batch's mark records all of it as synced, so it must be: a
+                // process that died may have left its last writes in the page cache alone.
+                file.sync_data()?;
+            }
             active_len = good;
             handles.push(path, Arc::new(file));
         }
@@ -415,6 +430,7 @@ impl SegmentLog {
             active_index,
             active_len,
             allocated: active_len,
+            synced: active_len,
         };
         Ok((log, replayed))
     }
@@ -424,8 +440,10 @@ impl SegmentLog {
     }
 
     /// Where the next batch of `len` bytes will go: (segment, offset). Starts a new
-    /// segment first when the active one is full, so a batch never spans two segments.
+    /// segment first when the active one is full, so a batch (and its mark) never spans
+    /// two segments.
     pub fn reserve(&mut self, len: usize) -> Result<(u32, u64), ReserveError> {
+        let len = len + MARK_BYTES;
         if self.active_len > 0 && self.active_len + len as u64 > self.max_segment {
             // Frames written without an fsync (verdicts) must be on disk, and the zeros
             // allocated ahead cut, before a newer segment exists: damage in an older
@@ -447,6 +465,7 @@ impl SegmentLog {
             self.active_index = index;
             self.active_len = 0;
             self.allocated = 0;
+            self.synced = 0;
         }
         Ok((self.active_index, self.active_len))
     }
@@ -485,12 +504,24 @@ impl SegmentLog {
         Ok(())
     }
 
-    /// Writes a batch at the reserved place, then fdatasyncs it when `sync` is set. On
-    /// failure it tries to cut the partial batch so later frames do not follow garbage.
-    pub fn write_batch(&mut self, buf: &[u8], sync: bool) -> Result<(), StoreError> {
+    /// Writes a batch at the reserved place, then fdatasyncs it when `sync` is set. The
+    /// batch's mark (see `mark`) goes on the end of `buf` for the one write, and comes off
+    /// again. On failure it tries to cut the partial batch so later frames do not follow
+    /// garbage.
+    pub fn write_batch(&mut self, buf: &mut Vec<u8>, sync: bool) -> Result<(), StoreError> {
         let at = self.active_len;
-        self.allocate_for(buf.len() as u64)?;
-        let written = self.active.write_all_at(buf, at).and_then(|()| {
+        let frames = buf.len();
+        mark::write(buf, self.synced, at + frames as u64);
+        let written = self.write_at(buf, at, sync);
+        buf.truncate(frames);
+        written
+    }
+
+    /// Writes `batch`, its mark included, at `at`; what the log has synced moves on only
+    /// once an fsync has returned.
+    fn write_at(&mut self, batch: &[u8], at: u64, sync: bool) -> Result<(), StoreError> {
+        self.allocate_for(batch.len() as u64)?;
+        let written = self.active.write_all_at(batch, at).and_then(|()| {
             if sync {
                 self.active.sync_data()
             } else {
@@ -499,7 +530,10 @@ impl SegmentLog {
         });
         match written {
             Ok(()) => {
-                self.active_len += buf.len() as u64;
+                self.active_len += batch.len() as u64;
+                if sync {
+                    self.synced = self.active_len;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -511,8 +545,9 @@ impl SegmentLog {
     }
 
     /// Makes everything written so far durable.
-    pub fn sync(&self) -> Result<(), StoreError> {
+    pub fn sync(&mut self) -> Result<(), StoreError> {
         self.active.sync_data()?;
+        self.synced = self.active_len;
         Ok(())
     }
 
@@ -614,27 +649,30 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = segment_path(dir.path(), "t", 0);
         let (mut log, _, _) = collect(dir.path(), 1 << 30);
-        let buf = batch(&[b"one", b"two"]);
+        let mut buf = batch(&[b"one", b"two"]);
         log.reserve(buf.len()).expect("reserve");
-        log.write_batch(&buf, true).expect("write");
+        log.write_batch(&mut buf, true).expect("write");
         assert_eq!(len_of(&path), AHEAD_MIN, "allocated ahead of the data");
-        // Closed in good order: exactly the frames.
+        // Closed in good order: exactly the frames and the batch's mark.
         drop(log);
-        assert_eq!(len_of(&path), buf.len() as u64);
+        assert_eq!(len_of(&path), (buf.len() + MARK_BYTES) as u64);
 
         // A crash leaves the zeros; open cuts them without calling them torn.
         let (mut log, replayed, seen) = collect(dir.path(), 1 << 30);
         assert_eq!((replayed.frames, replayed.truncated), (2, 0));
         assert_eq!(seen, [b"one".to_vec(), b"two".to_vec()]);
-        let more = batch(&[b"three"]);
+        let mut more = batch(&[b"three"]);
         log.reserve(more.len()).expect("reserve");
-        log.write_batch(&more, true).expect("write");
+        log.write_batch(&mut more, true).expect("write");
         std::mem::forget(log);
         assert_eq!(len_of(&path), AHEAD_MIN);
         let (log, replayed, seen) = collect(dir.path(), 1 << 30);
         assert_eq!((replayed.frames, replayed.truncated), (3, 0));
         assert_eq!(seen.len(), 3);
-        assert_eq!(len_of(&path), (buf.len() + more.len()) as u64);
+        assert_eq!(
+            len_of(&path),
+            (buf.len() + more.len() + 2 * MARK_BYTES) as u64
+        );
 
         // A torn batch inside the allocated space is still a torn tail, however many
         // zeros follow it: the crash wrote the frame's first sector and not its second.
@@ -659,9 +697,9 @@ mod tests {
         let big = vec![7u8; 40 << 10];
         let mut sizes = Vec::new();
         while log.active_len() < 3 * AHEAD_MAX {
-            let buf = batch(&[&big]);
+            let mut buf = batch(&[&big]);
             log.reserve(buf.len()).expect("reserve");
-            log.write_batch(&buf, false).expect("write");
+            log.write_batch(&mut buf, false).expect("write");
             let len = len_of(&path);
             assert!(len >= log.active_len(), "the data is inside the allocation");
             if sizes.last() != Some(&len) {
@@ -684,10 +722,10 @@ mod tests {
         let (mut log, _, _) = collect(dir.path(), 64);
         let mut written = 0;
         for i in 0..6u8 {
-            let buf = batch(&[&[i + 1; 30]]);
+            let mut buf = batch(&[&[i + 1; 30]]);
             log.reserve(buf.len()).expect("reserve");
-            log.write_batch(&buf, false).expect("write");
-            written += buf.len() as u64;
+            log.write_batch(&mut buf, false).expect("write");
+            written += (buf.len() + MARK_BYTES) as u64;
         }
         std::mem::forget(log);
         // Every segment but the newest was closed by a roll: cut to its frames, so a
@@ -695,7 +733,7 @@ mod tests {
         let closed: u64 = (0..5)
             .map(|i| len_of(&segment_path(dir.path(), "t", i)))
             .sum();
-        assert_eq!(closed, written - 38);
+        assert_eq!(closed, written - 38 - MARK_BYTES as u64);
         let (_, replayed, seen) = collect(dir.path(), 64);
         assert_eq!((seen.len(), replayed.truncated), (6, 0));
     }
@@ -709,10 +747,10 @@ mod tests {
         let mut written = Vec::new();
         for i in 0..(3 * OPEN_OLDER as u32) {
             let payload = i.to_le_bytes().repeat(10);
-            let buf = batch(&[&payload]);
+            let mut buf = batch(&[&payload]);
             let (segment, offset) = log.reserve(buf.len()).expect("reserve");
             let (at, len) = frames_in(&buf)[0];
-            log.write_batch(&buf, true).expect("write");
+            log.write_batch(&mut buf, true).expect("write");
             let pos = FramePos {
                 segment,
                 offset: offset + at as u64,
@@ -746,10 +784,10 @@ mod tests {
         let (mut log, _, seen) = collect(dir.path(), 64);
         assert!(seen.is_empty());
         for i in 0..10u8 {
-            let buf = batch(&[&[i; 20], &[i + 100; 5]]);
+            let mut buf = batch(&[&[i; 20], &[i + 100; 5]]);
             let (seg, off) = log.reserve(buf.len()).expect("reserve");
             let frames = frames_in(&buf);
-            log.write_batch(&buf, true).expect("write");
+            log.write_batch(&mut buf, true).expect("write");
             let read = log
                 .segments()
                 .read(FramePos {
@@ -775,22 +813,25 @@ mod tests {
     fn torn_tail_is_cut_and_later_writes_follow_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _, _) = collect(dir.path(), 1 << 20);
-        let buf = batch(&[b"one", b"two"]);
+        let mut buf = batch(&[b"one", b"two"]);
         log.reserve(buf.len()).expect("reserve");
-        log.write_batch(&buf, true).expect("write");
-        // A batch that died half-written: a whole frame and a partial one.
+        log.write_batch(&mut buf, true).expect("write");
+        // A batch that died half-written, in a file not allocated ahead: a whole frame and
+        // a partial one, and no mark.
         let torn = batch(&[b"three", b"four-four-four"]);
-        log.write_batch(&torn[..torn.len() - 3], false)
-            .expect("write");
-        drop(log);
+        let at = log.active_len();
+        let written = &torn[..torn.len() - 3];
+        log.active.write_all_at(written, at).expect("tear");
+        log.active.set_len(at + written.len() as u64).expect("size");
+        std::mem::forget(log);
         let (mut log, replayed, seen) = collect(dir.path(), 1 << 20);
         assert_eq!(
             seen,
             vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
         );
         assert_eq!(replayed.truncated, (HEADER + 14 - 3) as u64);
-        let more = batch(&[b"five"]);
-        log.write_batch(&more, true).expect("write");
+        let mut more = batch(&[b"five"]);
+        log.write_batch(&mut more, true).expect("write");
         drop(log);
         let (_, replayed, seen) = collect(dir.path(), 1 << 20);
         assert_eq!(seen.last(), Some(&b"five".to_vec()));
@@ -806,14 +847,14 @@ mod tests {
         for (in_the_middle, length) in [(true, false), (false, false), (true, true)] {
             let dir = tempfile::tempdir().expect("tempdir");
             let (mut log, _, _) = collect(dir.path(), 1 << 20);
-            let buf = batch(&[b"keep", b"flipped", b"after", b"and after"]);
-            log.write_batch(&buf, true).expect("write");
+            let mut buf = batch(&[b"keep", b"flipped", b"after", b"and after"]);
+            log.write_batch(&mut buf, true).expect("write");
             drop(log);
             let path = segment_path(dir.path(), "t", 0);
             let mut data = fs::read(&path).expect("read");
             let at = match (in_the_middle, length) {
                 (true, false) => HEADER + 4 + HEADER + 2,
-                (false, _) => data.len() - 1,
+                (false, _) => data.len() - MARK_BYTES - 1,
                 (true, true) => HEADER + 4 + 2,
             };
             data[at] ^= if length { 0x01 } else { 0xff };
@@ -837,7 +878,7 @@ mod tests {
             let (mut log, _, _) = collect(dir.path(), 1 << 30);
             let frames: Vec<Vec<u8>> = (0..1200).map(|i| vec![(i % 250 + 1) as u8; 4000]).collect();
             let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
-            log.write_batch(&batch(&refs), true).expect("write");
+            log.write_batch(&mut batch(&refs), true).expect("write");
             drop(log);
             let path = segment_path(dir.path(), "t", 0);
             let mut data = fs::read(&path).expect("read");
@@ -865,8 +906,8 @@ mod tests {
     fn a_frame_with_an_unwritten_sector_is_a_torn_tail_wherever_its_checksum_fails() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _, _) = collect(dir.path(), 1 << 30);
-        let buf = batch(&[b"keep", &[3u8; 1500]]);
-        log.write_batch(&buf, true).expect("write");
+        let mut buf = batch(&[b"keep", &[3u8; 1500]]);
+        log.write_batch(&mut buf, true).expect("write");
         drop(log);
         // The crash wrote the second frame's first and third sectors, not its second.
         let path = segment_path(dir.path(), "t", 0);
@@ -875,8 +916,109 @@ mod tests {
         fs::write(&path, &data).expect("write");
         let (_, replayed, seen) = collect(dir.path(), 1 << 20);
         assert_eq!(seen, vec![b"keep".to_vec()]);
-        assert_eq!(replayed.truncated, (HEADER + 1500) as u64);
+        // Up to the last byte not zero: the frame and its batch's mark.
+        let data_end = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        assert_eq!(replayed.truncated, (data_end - HEADER - 4) as u64);
+        assert!(data_end > HEADER + 4 + HEADER + 1500);
         assert_eq!(len_of(&path), (HEADER + 4) as u64);
+    }
+
+    /// What opening the log `t` in `dir` refuses with, or a panic naming `what` when it
+    /// opens: the file must be as it was.
+    fn refused(dir: &Path, what: &str) -> String {
+        let path = segment_path(dir, "t", 0);
+        let before = fs::read(&path).expect("read");
+        let opened = SegmentLog::open(dir, "t", 1 << 30, |_, _| Ok(()));
+        let Err(StoreError::Corrupt(why)) = opened else {
+            panic!("{what} was taken for a torn tail and cut");
+        };
+        assert!(why.contains(&path.display().to_string()), "{why}");
+        assert_eq!(
+            fs::read(&path).expect("read"),
+            before,
+            "the file was changed"
+        );
+        why
+    }
+
+    #[test]
+    fn damage_that_a_later_mark_records_as_synced_is_refused_in_a_small_log() {
+        // A log smaller than `TORN_MAX` lay wholly where damage could pass for a torn
+        // write: a zero length word (one bit flipped in a 64-byte frame's) or a zeroed
+        // sector near its start was cut with every acknowledged batch after it.
+        let each = HEADER + 64 + MARK_BYTES;
+        for zeros in [false, true] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (mut log, _, _) = collect(dir.path(), 1 << 30);
+            for i in 0..1000 {
+                let mut buf = batch(&[&[(i % 250 + 1) as u8; 64]]);
+                log.write_batch(&mut buf, true).expect("write");
+            }
+            drop(log);
+            let path = segment_path(dir.path(), "t", 0);
+            let mut data = fs::read(&path).expect("read");
+            let damaged = if zeros {
+                // The sector after the third batch's start; the damage begins at the
+                // frame or the mark that holds its first byte.
+                let sector = (2 * each) / SECTOR as usize * SECTOR as usize + SECTOR as usize;
+                data[sector..sector + SECTOR as usize].fill(0);
+                let (batch, within) = (sector / each, sector % each);
+                batch * each + if within < HEADER + 64 { 0 } else { HEADER + 64 }
+            } else {
+                data[2 * each] ^= 64;
+                2 * each
+            };
+            fs::write(&path, &data).expect("write");
+            let why = refused(dir.path(), &format!("damage at byte {damaged}"));
+            assert!(why.contains(&format!("at byte {damaged} ")), "{why}");
+            assert!(why.contains("records as synced"), "{why}");
+        }
+    }
+
+    #[test]
+    fn batches_written_since_the_last_fsync_are_cut_even_when_a_later_one_landed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _, _) = collect(dir.path(), 1 << 30);
+        let mut acknowledged = batch(&[b"acknowledged"]);
+        log.write_batch(&mut acknowledged, true).expect("write");
+        let synced = log.active_len();
+        // Verdicts written without an fsync, then appends whose fsync the crash cut short:
+        // the disk took the appends' sectors, and of the verdicts' not the second.
+        let mut verdicts = batch(&[&[5u8; 1500]]);
+        log.write_batch(&mut verdicts, false).expect("write");
+        let mut appends = batch(&[b"never answered"]);
+        log.write_batch(&mut appends, true).expect("write");
+        std::mem::forget(log);
+        let path = segment_path(dir.path(), "t", 0);
+        let mut data = fs::read(&path).expect("read");
+        data[SECTOR as usize..2 * SECTOR as usize].fill(0);
+        fs::write(&path, &data).expect("write");
+        let (_, replayed, seen) = collect(dir.path(), 1 << 30);
+        assert_eq!(seen, vec![b"acknowledged".to_vec()]);
+        assert!(replayed.truncated > 0);
+        assert_eq!(len_of(&path), synced);
+    }
+
+    #[test]
+    fn a_log_written_before_marks_opens_and_the_next_batch_vouches_for_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = segment_path(dir.path(), "t", 0);
+        // Frames as the log wrote them before its batches had marks.
+        fs::write(&path, batch(&[b"one", b"two", &[7u8; 64]])).expect("write");
+        let (mut log, replayed, seen) = collect(dir.path(), 1 << 30);
+        assert_eq!((seen.len(), replayed.truncated), (3, 0));
+        let mut more = batch(&[b"four"]);
+        log.write_batch(&mut more, true).expect("write");
+        drop(log);
+        let (_, _, seen) = collect(dir.path(), 1 << 30);
+        assert_eq!(seen.len(), 4);
+        // The third frame's length zeroed reads as the end of the data; the mark of the
+        // batch written since records it as synced.
+        let mut data = fs::read(&path).expect("read");
+        data[2 * HEADER + 6] = 0;
+        fs::write(&path, &data).expect("write");
+        let why = refused(dir.path(), "a zero length before a synced batch");
+        assert!(why.contains("records as synced"), "{why}");
     }
 
     /// A log of 16-byte segments holding three one-frame segments.
@@ -884,9 +1026,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _, _) = collect(dir.path(), 16);
         for _ in 0..3 {
-            let buf = batch(&[b"0123456789"]);
+            let mut buf = batch(&[b"0123456789"]);
             log.reserve(buf.len()).expect("reserve");
-            log.write_batch(&buf, true).expect("write");
+            log.write_batch(&mut buf, true).expect("write");
         }
         dir
     }

@@ -2,11 +2,13 @@
 //! and, where they end in the newest segment, whether what follows is the end of the
 //! data, a write a crash cut short, or damage.
 //!
-//! A crash tears only its last write, and the zeros allocated ahead are where the data
-//! ends; anything else (a changed byte, a lost block, damage far from the data's end)
-//! may have acknowledged frames after it. [`damage_at`] tells them apart, and
+//! A crash tears only what was written after the last fsync that completed, and the zeros
+//! allocated ahead are where the data ends; anything else (a changed byte, a lost block,
+//! damage that a later batch's mark records as synced, damage far from the data's end) may
+//! have acknowledged frames after it. [`damage_at`] tells them apart, and
 //! [`SegmentLog::open`](super::SegmentLog::open) cuts the first two and refuses the
-//! third.
+//! third. The marks that end each batch are checked and stepped over here, and never
+//! handed to the log's owner.
 //!
 //! What it deliberately does not do: change a file. Cutting, and what to tell the
 //! operator, are the opener's.
@@ -14,13 +16,15 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use super::mark::{self, MARK, MARK_BYTES};
 use super::{FramePos, Replayed, HEADER, MAX_PAYLOAD, TORN_MAX};
 use crate::inbox::StoreError;
 
 /// Why [`scan`] stopped.
 #[derive(Debug, PartialEq, Eq)]
 enum Stop {
-    /// A zero header (where the data ends), an impossible length or a bad checksum.
+    /// A zero header (where the data ends), an impossible length, a bad checksum or a
+    /// mark that names another place than its own.
     Damage,
     /// The next frame goes on past the buffer: this many more bytes, at least, are needed.
     More(usize),
@@ -42,14 +46,13 @@ fn scan(
         }
         let mut word = [0u8; 4];
         word.copy_from_slice(&data[at..at + 4]);
-        let len = u32::from_le_bytes(word) as usize;
+        let kind = u32::from_le_bytes(word);
         word.copy_from_slice(&data[at + 4..at + 8]);
         let crc = u32::from_le_bytes(word);
         let start = at + HEADER;
-        // No frame is empty: a zero header is where the data ends.
-        if len == 0 || len > MAX_PAYLOAD {
+        let Some(len) = payload_len(kind) else {
             return Ok((at, Stop::Damage));
-        }
+        };
         if start + len > data.len() {
             return Ok((at, Stop::More(start + len - data.len())));
         }
@@ -57,17 +60,34 @@ fn scan(
         if crc32fast::hash(payload) != crc {
             return Ok((at, Stop::Damage));
         }
-        visit(
-            FramePos {
-                segment,
-                offset: base + start as u64,
-                len: len as u32,
-            },
-            payload,
-        )?;
-        replayed.frames += 1;
+        if kind != MARK {
+            visit(
+                FramePos {
+                    segment,
+                    offset: base + start as u64,
+                    len: len as u32,
+                },
+                payload,
+            )?;
+            replayed.frames += 1;
+        } else if mark::synced(payload, base + at as u64).is_none() {
+            // Intact, but not where it says it was written: a copy, or damage.
+            return Ok((at, Stop::Damage));
+        }
         replayed.bytes += (HEADER + len) as u64;
         at = start + len;
+    }
+}
+
+/// The payload length that a frame header's length word gives: a frame's, or a batch's
+/// mark's; `None` for a zero (no frame is empty: where the data ends) or a length no frame
+/// has.
+fn payload_len(word: u32) -> Option<usize> {
+    match word {
+        MARK => Some(MARK_BYTES - HEADER),
+        0 => None,
+        len if len as usize <= MAX_PAYLOAD => Some(len as usize),
+        _ => None,
     }
 }
 
@@ -111,14 +131,17 @@ pub(super) const SECTOR: u64 = 512;
 
 /// Why the frame at `good` in a newest segment of `len` bytes, where its intact frames end,
 /// is damage rather than the end of the data or a write a crash cut short; `None` when it
-/// is one of those. Anything followed by more than [`TORN_MAX`] bytes of data is damage:
-/// a crash tears only the last write. Within that, the end of the data is a zero length
-/// (no frame is empty; the zeros allocated ahead), and a write cut short is a frame with a
-/// sector's share of it all zeros (as etcd's write-ahead log tells a torn write from
-/// damage) or one that runs past the end of the file with no intact frame after its
-/// start. Anything else — a checksum that fails over fully written sectors, a length no
-/// frame has, a length that skips over intact frames — is a changed byte, and the frames
-/// after it may have been acknowledged.
+/// is one of those. A crash tears only what was written after the last fsync that
+/// completed, so damage that an intact mark after it records as synced is damage, whatever
+/// it looks like (see `mark`); so is anything followed by more than [`TORN_MAX`] bytes of
+/// data (what the writers can have written unsynced, and all that tells a log written
+/// before marks). Within that, the end of the data is a zero length (no frame is empty;
+/// the zeros allocated ahead), and a write cut short is a frame with a sector's share of it
+/// all zeros (as etcd's write-ahead log tells a torn write from damage) or one that runs
+/// past the end of the file with no intact frame after its start. Anything else — a
+/// checksum that fails over fully written sectors, a length no frame has, a length that
+/// skips over intact frames — is a changed byte, and the frames after it may have been
+/// acknowledged.
 pub(super) fn damage_at(
     file: &File,
     good: u64,
@@ -132,7 +155,17 @@ pub(super) fn damage_at(
     file.read_exact_at(&mut header, good)?;
     let mut word = [0u8; 4];
     word.copy_from_slice(&header[..4]);
-    let size = u64::from(u32::from_le_bytes(word));
+    let word = u32::from_le_bytes(word);
+    let size = payload_len(word).map_or(u64::from(word), |n| n as u64);
+    // A mark is written once the fsync it records has returned: what it records as synced
+    // no crash can tear.
+    if mark::synced_after(file, good, len)? > good {
+        return Ok(Some(if size == 0 {
+            "a stretch of zeros that a later batch's mark records as synced"
+        } else {
+            "a damaged frame that a later batch's mark records as synced"
+        }));
+    }
     // Whatever a crash tore lies within the last write it interrupted: data far beyond is
     // what was synced after, so this is damage.
     let data_end = last_nonzero(file, good, len, READ_CHUNK)?.map_or(good, |at| at + 1);
@@ -183,13 +216,16 @@ fn intact_frame_after(file: &File, good: u64, len: u64) -> Result<bool, StoreErr
     for at in 1..buf.len().saturating_sub(HEADER) {
         let mut word = [0u8; 4];
         word.copy_from_slice(&buf[at..at + 4]);
-        let size = u32::from_le_bytes(word) as usize;
+        let kind = u32::from_le_bytes(word);
         let start = at + HEADER;
-        if size == 0 || size > buf.len() - start {
+        let Some(size) = payload_len(kind).filter(|&n| n <= buf.len() - start) else {
             continue;
-        }
+        };
         word.copy_from_slice(&buf[at + 4..start]);
-        if crc32fast::hash(&buf[start..start + size]) == u32::from_le_bytes(word) {
+        let payload = &buf[start..start + size];
+        if crc32fast::hash(payload) == u32::from_le_bytes(word)
+            && (kind != MARK || mark::synced(payload, good + at as u64).is_some())
+        {
             return Ok(true);
         }
     }
@@ -243,10 +279,10 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// A segment read a chunk at a time, whatever the chunk's size against its frames,
-        /// replays exactly as when read whole: the same frames at the same places, and the
-        /// same end, whether the segment ends cleanly, in zeros allocated ahead, in a torn
-        /// frame or in a damaged one.
+        /// A segment read a chunk at a time, whatever the chunk's size against its frames
+        /// and marks, replays exactly as when read whole: the same frames at the same
+        /// places, and the same end, whether the segment ends cleanly, in zeros allocated
+        /// ahead, in a torn frame or in a damaged one.
         #[test]
         fn a_segment_read_by_chunks_replays_as_one_read_whole(
             lens in proptest::collection::vec(1usize..300, 0..40),
@@ -254,8 +290,15 @@ mod tests {
             chunk in 1usize..700,
         ) {
             let mut data = Vec::new();
+            let mut marks = 0;
             for (i, len) in lens.iter().enumerate() {
                 frame(&mut data, |out| out.extend((0..*len).map(|j| (i * 7 + j) as u8)));
+                // Batches of up to three frames, each ending in its mark.
+                if i % 3 == 2 {
+                    let at = data.len() as u64;
+                    mark::write(&mut data, at / 2, at);
+                    marks += 1;
+                }
             }
             match tail {
                 1 => data.extend_from_slice(&[0u8; 333]),
@@ -280,7 +323,8 @@ mod tests {
             let file = File::open(&path).expect("open");
             let whole = replay_by(&file, data.len().max(1));
             proptest::prop_assert_eq!(whole.0.len(), lens.len());
-            let framed: u64 = lens.iter().map(|l| (HEADER + l) as u64).sum();
+            let framed: u64 = lens.iter().map(|l| (HEADER + l) as u64).sum::<u64>()
+                + (marks * MARK_BYTES) as u64;
             proptest::prop_assert_eq!(whole.1, framed);
             proptest::prop_assert_eq!(whole.2.is_some(), tail >= 2);
             proptest::prop_assert_eq!(replay_by(&file, chunk), whole);

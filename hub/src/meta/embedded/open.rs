@@ -63,7 +63,7 @@ fn compact_log(
             // Each chunk synced before the next, so that a crash tears at most the last
             // (`log::TORN_MAX`).
             log.write_batch(buf, true)?;
-            base += buf.len() as u64;
+            base = log.active_len();
             buf.clear();
         }
         Ok(moved)
@@ -72,11 +72,10 @@ fn compact_log(
     for (key, at) in keys.map.iter_mut() {
         *at = copy(key, *at, &mut buf)?;
     }
-    log.write_batch(&buf, false)?;
-    base += buf.len() as u64;
+    log.write_batch(&mut buf, false)?;
     log.sync()?;
     log.drop_older_segments()?;
-    Ok(base - start)
+    Ok(log.active_len() - start)
 }
 
 /// Replays one change read from the log at `frame`.

@@ -69,7 +69,7 @@ pub(super) fn run(
                 }
                 pacer.syncing(batch.len());
                 let began = Instant::now();
-                log.write_batch(&buf, true)?;
+                log.write_batch(&mut buf, true)?;
                 if let Some(h) = shared.flush_seconds.get() {
                     h.observe(began.elapsed().as_secs_f64());
                 }
