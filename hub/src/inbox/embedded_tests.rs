@@ -238,6 +238,103 @@ async fn torn_tail_is_cut_at_open_and_acknowledged_events_stay() {
     assert!(inbox.get("box", after).await.expect("get").is_some());
 }
 
+/// Where each frame starts in a segment's bytes, and whether it is a batch's mark (its
+/// length word's top bit set) rather than an event or a verdict.
+fn frames_of(data: &[u8]) -> Vec<(usize, bool)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while let Some(word) = data.get(at..at + 4) {
+        let word = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+        if word == 0 {
+            break;
+        }
+        frames.push((at, word >> 31 == 1));
+        at += log::HEADER + (word & !(1 << 31)) as usize;
+    }
+    frames
+}
+
+#[tokio::test]
+async fn damage_before_acknowledged_events_is_refused_and_nothing_is_cut() {
+    // A log smaller than `log::TORN_MAX` lay wholly where damage passed for a torn write:
+    // the third of 300 events with its length word zeroed, or a zeroed sector near the
+    // start, and the acknowledged events after it were cut with a warning.
+    for zeros in [false, true] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let inbox = open(dir.path());
+            for seq in 0..300 {
+                append(&inbox, "box", "g", seq).await;
+            }
+        }
+        let segment = dir.path().join("inbox-00000000.log");
+        let mut data = fs::read(&segment).expect("read");
+        let frames = frames_of(&data);
+        let damaged = if zeros {
+            data[1024..1536].fill(0);
+            frames
+                .iter()
+                .rev()
+                .find(|(at, _)| *at <= 1024)
+                .expect("a frame")
+                .0
+        } else {
+            let third = frames.iter().filter(|(_, mark)| !mark).nth(2).expect("3").0;
+            data[third..third + 4].fill(0);
+            third
+        };
+        fs::write(&segment, &data).expect("write");
+        let Err(StoreError::Corrupt(why)) = EmbeddedInbox::open(dir.path(), 4) else {
+            panic!("damage at byte {damaged} was cut with the events after it");
+        };
+        let at = format!("{} is damaged at byte {damaged} ", segment.display());
+        assert!(why.contains(&at), "{why}");
+        assert_eq!(
+            fs::read(&segment).expect("read"),
+            data,
+            "the log was changed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_torn_last_batch_is_cut_and_every_acknowledged_event_stays() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let segment = dir.path().join("inbox-00000000.log");
+    let mut acked = Vec::new();
+    {
+        let inbox = open(dir.path());
+        for seq in 0..50 {
+            acked.push(append(&inbox, "box", "g", seq).await);
+        }
+    }
+    let synced = fs::metadata(&segment).expect("metadata").len();
+    {
+        let inbox = open(dir.path());
+        let long = format!(r#"{{"game":"g","seq":50,"pad":"{}"}}"#, "x".repeat(2000));
+        inbox
+            .append("box", "g", None, Bytes::from(long))
+            .await
+            .expect("append");
+    }
+    // The crash came during that batch's fsync: the disk took its first sector and not
+    // its second.
+    let mut data = fs::read(&segment).expect("read");
+    let lost = (synced as usize / 512 + 1) * 512;
+    data[lost..lost + 512].fill(0);
+    fs::write(&segment, &data).expect("write");
+    let inbox = open(dir.path());
+    assert_eq!(inbox.open_report().events, 50);
+    assert!(inbox.open_report().truncated > 0);
+    for capture in &acked {
+        assert!(
+            inbox.get("box", *capture).await.expect("get").is_some(),
+            "{capture} lost"
+        );
+    }
+    assert_eq!(fs::metadata(&segment).expect("metadata").len(), synced);
+}
+
 #[tokio::test]
 async fn shards_read_in_order_and_indexes_split_games_and_inboxes() {
     let dir = tempfile::tempdir().expect("tempdir");
