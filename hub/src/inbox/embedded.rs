@@ -63,7 +63,11 @@ pub const PACING: log::Pacing = log::Pacing {
 };
 
 const HEADER_FILE: &str = "HEADER";
-const HEADER_MAGIC: &str = "pipehub-inbox 1";
+const HEADER_MAGIC: &str = "pipehub-inbox 2";
+/// What `HEADER` began with before each batch of the logs ended in a mark (see `log`). Such
+/// a store opens as it is, and its header is then rewritten: a binary from before marks
+/// refuses the store for its header, rather than take the first mark for damage.
+const HEADER_MAGIC_UNMARKED: &str = "pipehub-inbox 1";
 
 /// What the store found at open.
 #[derive(Clone, Copy, Debug)]
@@ -137,13 +141,17 @@ impl EmbeddedInbox {
         segment_bytes: u64,
     ) -> Result<EmbeddedInbox, StoreError> {
         let started = Instant::now();
-        let shards = read_or_write_header(dir, shards)?;
+        let (shards, current) = read_or_write_header(dir, shards)?;
         first_segment_on_disk(dir)?;
         let mut index = Index::spilling(shards, Spill::create(dir)?);
         let mut events = 0u64;
         let (log, replayed) = SegmentLog::open(dir, "inbox", segment_bytes, |frame, payload| {
             replay(&mut index, frame, payload, &mut events)
         })?;
+        // Only once the log opened whole: a store that does not open is left as it was.
+        if !current {
+            write_header(dir, shards)?;
+        }
         let Replayed {
             frames,
             bytes,
@@ -313,12 +321,17 @@ fn take_lock(file: fs::File, dir: &Path) -> Result<fs::File, StoreError> {
     }
 }
 
-fn read_or_write_header(dir: &Path, shards: u32) -> Result<u32, StoreError> {
+/// The store's shard count, and whether its header is the current one; a new store's
+/// header is written first.
+fn read_or_write_header(dir: &Path, shards: u32) -> Result<(u32, bool), StoreError> {
     let path = dir.join(HEADER_FILE);
     match fs::read_to_string(&path) {
         Ok(text) => {
-            let stored = text
-                .strip_prefix(HEADER_MAGIC)
+            let (rest, current) = match text.strip_prefix(HEADER_MAGIC) {
+                Some(rest) => (Some(rest), true),
+                None => (text.strip_prefix(HEADER_MAGIC_UNMARKED), false),
+            };
+            let stored = rest
                 .and_then(|rest| rest.trim().strip_prefix("shards "))
                 .and_then(|n| n.trim().parse::<u32>().ok())
                 .filter(|&n| n > 0)
@@ -332,7 +345,7 @@ fn read_or_write_header(dir: &Path, shards: u32) -> Result<u32, StoreError> {
                     "the store keeps the shard count it was created with"
                 );
             }
-            Ok(stored)
+            Ok((stored, current))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if shards == 0 {
@@ -340,17 +353,21 @@ fn read_or_write_header(dir: &Path, shards: u32) -> Result<u32, StoreError> {
                     "a store needs at least one shard".into(),
                 ));
             }
-            // Written to a temporary name, synced, then renamed, so a crash never leaves a
-            // half-written header that would make the store unopenable.
-            let tmp = dir.join("HEADER.tmp");
-            fs::write(&tmp, format!("{HEADER_MAGIC}\nshards {shards}\n"))?;
-            fs::File::open(&tmp)?.sync_all()?;
-            fs::rename(&tmp, &path)?;
-            log::sync_dir(dir)?;
-            Ok(shards)
+            write_header(dir, shards)?;
+            Ok((shards, true))
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Writes the current header: to a temporary name, synced, then renamed, so a crash never
+/// leaves a half-written header that would make the store unopenable.
+fn write_header(dir: &Path, shards: u32) -> Result<(), StoreError> {
+    let tmp = dir.join("HEADER.tmp");
+    fs::write(&tmp, format!("{HEADER_MAGIC}\nshards {shards}\n"))?;
+    fs::File::open(&tmp)?.sync_all()?;
+    fs::rename(&tmp, dir.join(HEADER_FILE))?;
+    log::sync_dir(dir)
 }
 
 impl Drop for EmbeddedInbox {

@@ -336,6 +336,47 @@ async fn a_torn_last_batch_is_cut_and_every_acknowledged_event_stays() {
 }
 
 #[tokio::test]
+async fn a_store_from_before_marks_opens_and_then_gets_the_current_header() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let inbox = open(dir.path());
+        for seq in 0..3 {
+            append(&inbox, "box", "g", seq).await;
+        }
+    }
+    // As a hub from before marks left it: the first header, frames without marks.
+    let header = dir.path().join("HEADER");
+    fs::write(&header, "pipehub-inbox 1\nshards 4\n").expect("header");
+    let segment = dir.path().join("inbox-00000000.log");
+    let marked = fs::read(&segment).expect("read");
+    let frames = frames_of(&marked);
+    let mut unmarked = Vec::new();
+    for (i, &(at, mark)) in frames.iter().enumerate() {
+        let end = frames.get(i + 1).map_or(marked.len(), |f| f.0);
+        if !mark {
+            unmarked.extend_from_slice(&marked[at..end]);
+        }
+    }
+    // Damaged, it is refused, and its header left as it was.
+    let mut damaged = unmarked.clone();
+    damaged[log::HEADER + 1] ^= 0x40;
+    fs::write(&segment, &damaged).expect("write");
+    assert!(
+        EmbeddedInbox::open(dir.path(), 4).is_err(),
+        "damage was cut"
+    );
+    assert!(fs::read_to_string(&header)
+        .expect("header")
+        .starts_with("pipehub-inbox 1\n"));
+    fs::write(&segment, &unmarked).expect("write");
+    let inbox = open(dir.path());
+    assert_eq!(inbox.open_report().events, 3);
+    let text = fs::read_to_string(&header).expect("header");
+    assert_eq!(text, format!("{HEADER_MAGIC}\nshards 4\n"));
+    assert_ne!(HEADER_MAGIC, "pipehub-inbox 1");
+}
+
+#[tokio::test]
 async fn shards_read_in_order_and_indexes_split_games_and_inboxes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let inbox = open(dir.path());
