@@ -567,15 +567,14 @@ impl Seats {
         o_key: impl FnOnce(&Registration) -> Result<(Option<String>, bool), HubError>,
     ) -> Result<(String, Registration), HubError> {
         let _turn = self.turn(&rec.inbox, &rec.game).lock().await;
-        let reg = if self.shared {
-            self.read_registration(&rec.inbox, &rec.game)
+        // Read from the store where the cache may not know (another node's change, or a
+        // game finished since, which the cache of open games no longer holds).
+        let reg = match self.registration(&rec.inbox, &rec.game) {
+            Some(reg) if !self.shared => Some(reg),
+            _ => self
+                .read_registration(&rec.inbox, &rec.game)
                 .await?
-                .map(|(reg, _)| reg)
-        } else {
-            match self.registration(&rec.inbox, &rec.game) {
-                Some(reg) => Some(reg),
-                None => self.refresh(&rec.inbox, &rec.game).await?,
-            }
+                .map(|(reg, _)| reg),
         };
         // A registration gone from the store, or not paired, has no seat to give again.
         let Some(reg) = reg.filter(|reg| reg.paired) else {
