@@ -104,9 +104,12 @@ pub struct Metrics {
     pub cluster_shards_owned: IntGauge,
     /// `pipehub_cluster_shards`: the store's shard count (Redis backend; 0 embedded).
     pub cluster_shards: IntGauge,
-    /// `pipehub_store_up`: 1 while the store takes writes, else 0. The Redis backend: while
-    /// Redis answers this node's lease rounds. The embedded store: until a write or fsync
-    /// fails, after which it takes none until the hub restarts (what `/readyz` answers).
+    /// `pipehub_store_up`: 1 while the store takes writes, else 0: what `/readyz` answers
+    /// of the store at that moment, read as the scrape is answered (`Hub::refresh_gauges`).
+    /// The embedded store: until a write or fsync fails, after which it takes none until
+    /// the hub restarts. The Redis backend: while Redis answers this node (a command that
+    /// meets a broken connection turns it 0, the inbox's stream watch, which asks Redis
+    /// at least once a second, turns it 1 again) and has not gone back in time.
     pub store_up: IntGauge,
     /// `pipehub_http_requests_total{method, route, status}`: HTTP requests answered, by
     /// route pattern (never the raw path).
@@ -281,7 +284,7 @@ impl Metrics {
             )?,
             store_up: gauge(
                 "pipehub_store_up",
-                "1 while the store takes writes: Redis answers this node's lease rounds, or the embedded store has had no failed write.",
+                "1 while the store takes writes (what /readyz answers of it): Redis answers this node, or the embedded store has had no failed write.",
             )?,
             http_requests: counter_vec(
                 "pipehub_http_requests_total",

@@ -76,6 +76,8 @@ pub struct Hub {
     args: Vec<String>,
     /// The open-files limit the process starts with, when a test sets one.
     open_files: Option<u64>,
+    /// The largest file the process may write, in bytes, when a test sets one.
+    file_size: Option<u64>,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
     /// `http://ADDR` of `--admin-listen`, when the hub was given one.
@@ -103,6 +105,7 @@ impl Hub {
             _tmp: None,
             args,
             open_files: None,
+            file_size: None,
             base: String::new(),
             admin: None,
             stderr: Default::default(),
@@ -114,13 +117,25 @@ impl Hub {
     /// [`Hub::start`] in a process that may open at most `limit` files (its soft and hard
     /// open-files limits both).
     pub fn start_with_open_files(limit: u64, args: &[&str]) -> Hub {
+        Hub::start_limited(Some(limit), None, args)
+    }
+
+    /// [`Hub::start`] in a process that may write no file past `bytes` (its soft and hard
+    /// file-size limits both): a write that would pass it fails, as on a full disk. The
+    /// signal such a write sends (SIGXFSZ, which would end the process) is ignored.
+    pub fn start_with_file_size(bytes: u64, args: &[&str]) -> Hub {
+        Hub::start_limited(None, Some(bytes), args)
+    }
+
+    fn start_limited(open_files: Option<u64>, file_size: Option<u64>, args: &[&str]) -> Hub {
         let tmp = tempfile::tempdir().expect("a temporary directory");
         let mut hub = Hub {
             child: None,
             data: tmp.path().join("data"),
             _tmp: Some(tmp),
             args: args.iter().map(|s| s.to_string()).collect(),
-            open_files: Some(limit),
+            open_files,
+            file_size,
             base: String::new(),
             admin: None,
             stderr: Default::default(),
@@ -131,21 +146,35 @@ impl Hub {
 
     fn spawn(&mut self) {
         let mut command = Command::new(pipehub_bin());
-        if let Some(limit) = self.open_files {
+        let limits = [
+            (libc::RLIMIT_NOFILE, self.open_files),
+            (libc::RLIMIT_FSIZE, self.file_size),
+        ];
+        if limits.iter().any(|(_, limit)| limit.is_some()) {
             use std::os::unix::process::CommandExt;
-            let lim = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            // SAFETY: between fork and exec the child only calls `setrlimit`, which is
-            // async-signal-safe, on a value copied into the closure.
+            let limits = limits.map(|(resource, limit)| {
+                let lim = limit.map(|l| libc::rlimit {
+                    rlim_cur: l,
+                    rlim_max: l,
+                });
+                (resource, lim)
+            });
+            // SAFETY: between fork and exec the child only calls `setrlimit` and `signal`,
+            // which are async-signal-safe, on values copied into the closure.
             unsafe {
                 command.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
+                    for (resource, lim) in &limits {
+                        let Some(lim) = lim else { continue };
+                        if libc::setrlimit(*resource, lim) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        // A write past the file-size limit then fails with EFBIG, and the
+                        // process goes on (ignored, the signal stays ignored across exec).
+                        if *resource == libc::RLIMIT_FSIZE {
+                            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                        }
                     }
+                    Ok(())
                 });
             }
         }

@@ -803,8 +803,8 @@ fn operators_get_metrics_health_and_an_openapi_document() {
             "{line}"
         );
     }
-    // Seating a game writes the meta store; both stores' fsyncs, and that the store takes
-    // writes, reach the metrics within their one-second export.
+    // Seating a game writes the meta store; both stores' fsyncs reach the metrics within
+    // their one-second export (whether the store takes writes is read at each scrape).
     let created = c.post(&hub.url("/v1/inboxes/m/games"), None, &json!({}));
     assert_eq!(created.status, 201, "{}", created.body);
     let counter = |metrics: &str, name: &str| {
@@ -825,6 +825,45 @@ fn operators_get_metrics_health_and_an_openapi_document() {
         assert!(Instant::now() < deadline, "{metrics}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The scrape says what `/readyz` says: a store that stops taking writes (here a write
+/// past the process's file-size limit, as on a full disk) is `pipehub_store_up 0` in the
+/// very next scrape, not a second or two later.
+#[test]
+fn a_store_that_stops_taking_writes_is_down_in_the_very_next_scrape() {
+    // The inbox's log is allocated 64 KiB ahead at its first write; its next allocation,
+    // to 128 KiB, passes the limit and fails.
+    let hub = Hub::start_with_file_size(96 << 10, &[]);
+    let c = Client::new();
+    let up = |c: &Client| {
+        let metrics = c.get(&hub.url("/metrics")).body;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("pipehub_store_up "))
+            .and_then(|v| v.trim().parse::<u8>().ok())
+            .unwrap_or_else(|| panic!("no pipehub_store_up: {metrics}"))
+    };
+    assert_eq!(up(&c), 1);
+    // Moves of a game with no start, padded to 3 KiB: refused by the referee, and kept.
+    let url = hub.url("/v1/inboxes/full/events");
+    let padded = json!({"game": "full", "seq": 1, "prevHash": "0".repeat(64),
+        "player": "O", "action": "move", "move": {"pad": "x".repeat(3000)}});
+    let mut kept = 0;
+    let refused = loop {
+        let res = c.post(&url, None, &padded);
+        if res.status != 422 {
+            break res;
+        }
+        kept += 1;
+        assert!(kept < 50, "the log never reached the limit");
+    };
+    assert_eq!(
+        (refused.status, refused.error().as_str()),
+        (503, "unavailable")
+    );
+    assert_eq!(up(&c), 0, "{}", hub.log());
+    assert_eq!(c.get(&hub.url("/readyz")).status, 503);
 }
 
 #[test]

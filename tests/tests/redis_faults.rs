@@ -7,7 +7,7 @@ mod redis_support;
 
 use std::time::{Duration, Instant};
 
-use pipehub_tests::{Client, Hub};
+use pipehub_tests::{metric_sum, Client, Hub};
 use redis_support::{await_owners, node, Game, RedisServer};
 use serde_json::json;
 
@@ -39,6 +39,8 @@ fn redis_stopped_and_restarted_mid_game() {
     redis.kill9();
     for n in &nodes {
         await_ready(&client, n, 503);
+        // The scrape says what /readyz says.
+        assert_eq!(metric_sum(&client, n, "pipehub_store_up"), 0.0);
     }
     let r = g.play(&client, &nodes[0], 2);
     assert_eq!(r.status, 503, "{}", r.body);
@@ -54,6 +56,7 @@ fn redis_stopped_and_restarted_mid_game() {
     for n in &nodes {
         let took = await_ready(&client, n, 200);
         println!("ready again {took:?} after Redis restarted");
+        assert_eq!(metric_sum(&client, n, "pipehub_store_up"), 1.0);
     }
     await_owners(&client, &all, Duration::from_secs(20));
     for i in 2..5 {

@@ -17,7 +17,7 @@ use super::AppState;
 #[utoipa::path(get, path = "/metrics", tag = "operators",
     responses((status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    state.hub.refresh_ownership_gauges();
+    state.hub.refresh_gauges();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render())

@@ -20,8 +20,8 @@ use crate::meta::{EmbeddedMeta, Meta};
 use crate::meta_redis::RedisMeta;
 use crate::metrics::Metrics;
 
-/// How often the embedded store's own totals, and whether it takes writes, are copied into
-/// the metrics.
+/// How often the embedded store's own totals are copied into the metrics. (Whether it
+/// takes writes is read at each scrape: `Hub::refresh_gauges`.)
 const STORE_TOTALS_EVERY: Duration = Duration::from_secs(1);
 
 /// Makes the data directory (the lock, and with the embedded backend the store, live
@@ -284,10 +284,6 @@ async fn export_store_totals(
         let (Some(inbox), Some(meta)) = (inbox.upgrade(), meta.upgrade()) else {
             return;
         };
-        // Once a write or fsync failed, a store takes no more writes until the hub restarts.
-        metrics
-            .store_up
-            .set(i64::from(inbox.ready() && meta.ready()));
         let stats = inbox.stats();
         metrics.store_totals(
             stats.syncs.load(Ordering::Relaxed),

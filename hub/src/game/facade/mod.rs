@@ -169,6 +169,16 @@ impl Hub {
         self.engine.inbox.ready() && self.engine.meta.ready()
     }
 
+    /// Brings the gauges that say what this hub is now up to this very moment, for a
+    /// scrape: `pipehub_store_up` to what `/readyz` answers of the store ([`Hub::ready`]),
+    /// and the shards this node holds ([`Hub::refresh_ownership_gauges`]). Set by a task
+    /// between scrapes instead, a store that had just stopped taking writes read as up for
+    /// as long as the task's period, while `/readyz` already failed.
+    pub fn refresh_gauges(&self) {
+        self.engine.metrics.store_up.set(i64::from(self.ready()));
+        self.refresh_ownership_gauges();
+    }
+
     /// How many game actors are resident (for tests and operators).
     pub fn resident_actors(&self) -> usize {
         self.engine.resident()

@@ -317,6 +317,9 @@ async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
     let b = f.hub.create_game(INBOX, req(), "p").await.expect("created");
     inbox.fail_writes(true);
     assert!(!f.hub.ready());
+    // A scrape says so at once (it refreshes the gauge from what `/readyz` reads).
+    f.hub.refresh_gauges();
+    assert_eq!(f.metrics.store_up.get(), 0);
     let refused = f.hub.create_game(INBOX, req(), "p").await.err();
     assert_eq!(refused.as_ref().map(HubError::status), Some(503));
     assert_eq!(
@@ -329,6 +332,8 @@ async fn nobody_is_seated_while_the_inbox_cannot_take_writes() {
     let xb = seat_of(&f.hub, &b.token).await;
     f.hub.cancel(&xb).await.expect("a cancel needs no inbox");
     inbox.fail_writes(false);
+    f.hub.refresh_gauges();
+    assert_eq!(f.metrics.store_up.get(), 1);
     f.hub
         .pair(&a.pairing_code, None, None)
         .await
