@@ -57,9 +57,12 @@ pub struct Metrics {
     /// from the start.
     pub websocket_closed: IntCounterVec,
     /// `pipehub_capture_to_verdict_seconds`: from a capture's stamp (taken as its batch is
-    /// written, before the fsync; in whole milliseconds, as the store keeps it, so the
-    /// buckets under 1 ms stay empty) to its verdict. With Redis the stamp is the
-    /// appending node's clock.
+    /// written, before the fsync) to its verdict. A capture the embedded inbox hands from
+    /// its write to the consumer in memory is timed on the monotonic clock, to well under
+    /// a millisecond; one read back from the log (a consumer behind, a game rebuilt after a
+    /// restart) or from Redis (perhaps appended by another node, by that node's clock) is
+    /// timed from the stamp the store keeps, in whole milliseconds, so it counts as 0, 1,
+    /// 2… ms. See [`crate::inbox::Record::age`].
     pub capture_to_verdict: Histogram,
     /// `pipehub_verdict_to_relay_seconds`: from a verdict to its views handed to the room.
     pub verdict_to_relay: Histogram,
@@ -207,7 +210,7 @@ impl Metrics {
             },
             capture_to_verdict: histogram(
                 "pipehub_capture_to_verdict_seconds",
-                "Time from a capture's stamp (taken as it is written, in whole milliseconds) to its verdict.",
+                "Time from a capture's stamp (taken as it is written) to its verdict: to the microsecond for a capture this process wrote and handed on in memory, else in whole milliseconds (read back from the log, or from Redis).",
                 latency_buckets(),
             )?,
             verdict_to_relay: histogram(

@@ -119,6 +119,8 @@ impl Inbox for MemInbox {
                 seat,
                 raw,
                 at_ms: crate::clock::now_ms(),
+                // In memory, as the embedded inbox hands on what it just wrote.
+                written: Some(std::time::Instant::now()),
             });
             self.appended.lock().push(capture);
             capture

@@ -165,6 +165,8 @@ pub fn decode(payload: Bytes) -> Result<Entry, StoreError> {
                 seat,
                 raw,
                 at_ms,
+                // Read back from the log: only `at_ms` says when it was written.
+                written: None,
             }))
         }
         VERDICT => {

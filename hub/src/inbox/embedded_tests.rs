@@ -491,6 +491,10 @@ async fn a_shard_read_takes_fresh_records_from_memory_and_the_rest_from_disk() {
         again[2..].iter().map(key).collect::<Vec<_>>()
     );
     assert_eq!(fresh[1].raw, event("g0", 1));
+    // What memory hands on carries its write's moment on the monotonic clock; what the
+    // disk gives back has only the stored milliseconds.
+    assert!(fresh.iter().chain(&rest).all(|r| r.written.is_some()));
+    assert!(again.iter().all(|r| r.written.is_none()));
     // Past the end: nothing, from memory or disk.
     assert!(inbox.read_shard(0, 6, 5).await.expect("read").is_empty());
 }

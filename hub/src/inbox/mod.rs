@@ -32,6 +32,7 @@ mod writer;
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -107,6 +108,23 @@ pub struct Record {
     pub raw: Bytes,
     /// When the inbox sequenced it, in milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// The same moment on this process's monotonic clock, for a record handed from the
+    /// embedded inbox's batch write to its consumer in memory; `None` for one read back
+    /// from the log or from Redis (written by another node, or before a restart). Never
+    /// stored: it only gives [`Record::age`] a finer measure than `at_ms`'s milliseconds.
+    pub written: Option<Instant>,
+}
+
+impl Record {
+    /// How long ago the inbox stamped this record: to the nanosecond when this process
+    /// wrote it ([`Record::written`]), else in whole milliseconds of the wall clock from
+    /// `at_ms` (with Redis, the appending node's clock).
+    pub fn age(&self) -> Duration {
+        match self.written {
+            Some(written) => written.elapsed(),
+            None => Duration::from_millis(crate::clock::now_ms().saturating_sub(self.at_ms)),
+        }
+    }
 }
 
 /// The referee's verdict on one capture, as recorded beside it.

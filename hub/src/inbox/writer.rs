@@ -193,6 +193,9 @@ impl Writer {
                 .collect()
         };
         let at_ms = now_ms();
+        // The same moment on the monotonic clock, for the records handed on in memory
+        // (`Record::written`): one clock read a batch.
+        let stamped = Instant::now();
         for request in batch.drain(..) {
             match request {
                 Request::Append { reply, .. } if failed => {
@@ -262,7 +265,7 @@ impl Writer {
                 if std::mem::take(&mut self.rolling) {
                     tracing::info!("inbox: the next log segment is open; appends go on");
                 }
-                return self.publish(pending, syncs, &buf, at, at_ms);
+                return self.publish(pending, syncs, &buf, at, (at_ms, stamped));
             }
             Err(e @ log::ReserveError::NextSegment { .. }) => {
                 // Nothing was written and the log is as it was: these appends are refused
@@ -296,7 +299,7 @@ impl Writer {
         syncs: Vec<oneshot::Sender<Result<(), StoreError>>>,
         buf: &[u8],
         (segment, base): (u32, u64),
-        at_ms: u64,
+        (at_ms, stamped): (u64, Instant),
     ) {
         let offsets = log::frames_in(buf);
         let mut touched = vec![false; self.shared.shards as usize];
@@ -350,6 +353,7 @@ impl Writer {
                 seat: p.seat,
                 raw: p.raw,
                 at_ms,
+                written: Some(stamped),
             });
             replies.push((p.reply, Ok(p.capture)));
         }
@@ -382,6 +386,7 @@ mod tests {
             seat: None,
             raw: Bytes::from_static(b"{}"),
             at_ms: 0,
+            written: None,
         }
     }
 

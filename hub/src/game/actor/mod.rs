@@ -268,10 +268,7 @@ impl GameActor {
                 *drafted = None;
             }
         }
-        let age_ms = crate::clock::now_ms().saturating_sub(record.at_ms);
-        metrics
-            .capture_to_verdict
-            .observe(Duration::from_millis(age_ms).as_secs_f64());
+        metrics.observe_capture_to_verdict(record.age());
         if let (ChainVerdict::Accepted { hash }, Some(event)) = (&verdict, &event) {
             self.on_accepted(record.capture, event, hash, record.seat);
         } else if hash.is_some() && hash == self.writing {

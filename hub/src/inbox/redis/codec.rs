@@ -52,6 +52,8 @@ pub(super) fn record(shard: u32, (id, fields): Entry) -> Result<Record, StoreErr
         seat: seat.flatten(),
         raw: raw.ok_or_else(bad)?,
         at_ms,
+        // Read from Redis, perhaps appended by another node: only `at_ms` says when.
+        written: None,
     })
 }
 
