@@ -112,7 +112,10 @@ pub struct Metrics {
     /// The embedded store: until a write or fsync fails, after which it takes none until
     /// the hub restarts. The Redis backend: while Redis answers this node (a command that
     /// meets a broken connection turns it 0, the inbox's stream watch, which asks Redis
-    /// at least once a second, turns it 1 again) and has not gone back in time.
+    /// at least once a second, turns it 1 again) and has not gone back in time, and the
+    /// node's last lease round (every 750 ms) could write to it: a Redis that answers but
+    /// takes no write (out of memory, read-only) is down here, though `/readyz`, which
+    /// counts only whether it answers, passes.
     pub store_up: IntGauge,
     /// `pipehub_http_requests_total{method, route, status}`: HTTP requests answered, by
     /// route pattern (never the raw path).
@@ -287,7 +290,7 @@ impl Metrics {
             )?,
             store_up: gauge(
                 "pipehub_store_up",
-                "1 while the store takes writes (what /readyz answers of it): Redis answers this node, or the embedded store has had no failed write.",
+                "1 while the store takes writes: the embedded store has had no failed write, or Redis answers this node (as /readyz says) and took its last lease round's writes.",
             )?,
             http_requests: counter_vec(
                 "pipehub_http_requests_total",

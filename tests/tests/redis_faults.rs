@@ -1,7 +1,8 @@
 //! Redis going away under a running cluster: while it is unreachable `/readyz` fails and
 //! moves are refused with 503 `unavailable` (nothing acknowledged that was not stored);
 //! when it comes back (its AOF replayed) the nodes reconnect by themselves and the game
-//! finishes with every acknowledged move in place.
+//! finishes with every acknowledged move in place. A Redis that answers but takes no
+//! write reads as down in `pipehub_store_up`.
 
 mod redis_support;
 
@@ -56,7 +57,12 @@ fn redis_stopped_and_restarted_mid_game() {
     for n in &nodes {
         let took = await_ready(&client, n, 200);
         println!("ready again {took:?} after Redis restarted");
-        assert_eq!(metric_sum(&client, n, "pipehub_store_up"), 1.0);
+        // Up once a lease round has written to it again (one every 0.75 s).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while metric_sum(&client, n, "pipehub_store_up") != 1.0 {
+            assert!(Instant::now() < deadline, "pipehub_store_up stayed 0");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
     await_owners(&client, &all, Duration::from_secs(20));
     for i in 2..5 {
@@ -148,4 +154,32 @@ fn nodes_stop_when_redis_comes_back_without_acknowledged_events() {
     assert_eq!(export.status, 200, "{}", export.body);
     let (code, report) = pipehub_tests::verify(&[], &export.body);
     assert_eq!(code, 0, "{report}");
+}
+
+#[test]
+fn a_redis_that_answers_but_takes_no_write_reads_as_down() {
+    // Out of memory, Redis refuses the lease round's writes while it still answers, so
+    // /readyz, which asks only whether it answers, passes; pipehub_store_up says the store
+    // takes no write, and comes back once it does.
+    let redis = RedisServer::start();
+    let hub = node(&redis);
+    let client = Client::new();
+    await_owners(&client, &[&hub], Duration::from_secs(15));
+    let store_up_reaches = |up: f64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric_sum(&client, &hub, "pipehub_store_up") != up {
+            assert!(
+                Instant::now() < deadline,
+                "pipehub_store_up never read {up}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    store_up_reaches(1.0);
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    store_up_reaches(0.0);
+    assert_eq!(client.get(&hub.url("/readyz")).status, 200);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    store_up_reaches(1.0);
 }

@@ -74,6 +74,8 @@ pub struct RedisCluster {
     seen: Vec<watch::Sender<u64>>,
     /// How many live nodes the last lease round counted (this one included).
     live: Arc<std::sync::atomic::AtomicU32>,
+    /// Whether the last lease round succeeded ([`Ownership::rounds_succeed`]).
+    round_ok: std::sync::atomic::AtomicBool,
     metrics: Arc<Metrics>,
 }
 
@@ -97,6 +99,7 @@ impl RedisCluster {
             held: (0..shards).map(|_| Mutex::new(None)).collect(),
             seen: (0..shards).map(|_| watch::channel(0).0).collect(),
             live: Arc::new(std::sync::atomic::AtomicU32::new(1)),
+            round_ok: std::sync::atomic::AtomicBool::new(true),
             metrics,
         })
     }
@@ -159,9 +162,11 @@ impl RedisCluster {
                 _ = tick.tick() => {}
                 _ = stop.changed() => break,
             }
-            // Whether the store is up is what `/readyz` says, read at each scrape
-            // (`Hub::refresh_gauges`); a failed round shows in the shards held.
-            if let Err(e) = self.round().await {
+            // Read at each scrape with what `/readyz` says (`Hub::refresh_gauges`).
+            let round = self.round().await;
+            self.round_ok
+                .store(round.is_ok(), std::sync::atomic::Ordering::Relaxed);
+            if let Err(e) = round {
                 tracing::warn!(error = %e, "lease round failed");
             }
             self.metrics
@@ -370,6 +375,10 @@ impl Ownership for RedisCluster {
         held.lock()
             .as_ref()
             .is_some_and(|h| h.renewed.elapsed() < LEASE_TTL)
+    }
+
+    fn rounds_succeed(&self) -> bool {
+        self.round_ok.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn adjudicating_under(&self, shard: u32) -> Option<String> {

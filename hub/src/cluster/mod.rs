@@ -60,6 +60,13 @@ pub trait Ownership: Send + Sync {
     /// True while this node holds `shard`'s lease, taken over yet or not.
     fn leased(&self, shard: u32) -> bool;
 
+    /// False while this node's last lease round failed: the shared store answers, but took
+    /// no write (a Redis out of memory or read-only), which a broken connection alone
+    /// would not show.
+    fn rounds_succeed(&self) -> bool {
+        true
+    }
+
     /// This node's consumer takes `shard` over: from now on [`Ownership::owns`] is true
     /// while the lease lasts.
     fn adjudicate(&self, shard: u32);

@@ -171,11 +171,21 @@ impl Hub {
 
     /// Brings the gauges that say what this hub is now up to this very moment, for a
     /// scrape: `pipehub_store_up` to what `/readyz` answers of the store ([`Hub::ready`]),
-    /// and the shards this node holds ([`Hub::refresh_ownership_gauges`]). Set by a task
-    /// between scrapes instead, a store that had just stopped taking writes read as up for
-    /// as long as the task's period, while `/readyz` already failed.
+    /// and, with Redis, to whether the last lease round could write to it, and the shards
+    /// this node holds ([`Hub::refresh_ownership_gauges`]). Set by a task between scrapes
+    /// instead, a store that had just stopped taking writes read as up for as long as the
+    /// task's period, while `/readyz` already failed.
     pub fn refresh_gauges(&self) {
-        self.engine.metrics.store_up.set(i64::from(self.ready()));
+        let rounds = self
+            .engine
+            .config
+            .cluster
+            .as_ref()
+            .is_none_or(|c| c.rounds_succeed());
+        self.engine
+            .metrics
+            .store_up
+            .set(i64::from(self.ready() && rounds));
         self.refresh_ownership_gauges();
     }
 
