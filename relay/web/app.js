@@ -335,8 +335,21 @@
     return '/v1/inboxes/' + encodeURIComponent(inbox) + '/games' + (game === undefined ? '' : '/' + encodeURIComponent(game));
   }
 
-  async function api(method, path, body, token) {
-    const headers = {};
+  // The Idempotency-Key this page pairs each code with. A pair whose answer was lost (the
+  // hub unreachable mid-request) is sent again with the same key when Join is pressed
+  // again, and the hub seats this page at O once more rather than answer that the code
+  // is used.
+  const pairKeys = new Map();
+  function pairKey(code) {
+    if (!pairKeys.has(code)) {
+      const bytes = crypto.getRandomValues(new Uint8Array(16));
+      pairKeys.set(code, Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join(''));
+    }
+    return pairKeys.get(code);
+  }
+
+  async function api(method, path, body, token, extraHeaders) {
+    const headers = Object.assign({}, extraHeaders);
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     if (token) headers.Authorization = 'Bearer ' + token;
     let res;
@@ -519,7 +532,7 @@
     }
     await whileBusy($('join-button'), async () => {
       try {
-        const p = await api('POST', '/v1/pair', { code });
+        const p = await api('POST', '/v1/pair', { code }, undefined, { 'Idempotency-Key': pairKey(code) });
         enterGame({ mode: 'seat', inbox: p.inbox, game: p.game, seat: p.seat, token: p.token });
         log('You joined the game and sit as ' + p.seat + '.');
       } catch (e) {

@@ -955,4 +955,53 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
         json!("Check the inbox: an inbox name is 1 to 128 letters, digits and . _ : - and starts with a letter or digit."),
     )
     .await;
+
+    // A join whose answer is lost on its way (the hub seated O, the page heard nothing):
+    // Join pressed again sends the same pair with the same Idempotency-Key, and the page
+    // sits at O of the game rather than hear that the code is used.
+    let (game, code) = create(&x, inbox, "pipehub:tic-tac-toe", &[]).await;
+    eval(
+        &s,
+        "(() => { window.realFetch = window.fetch; window.pairKeys = []; \
+           window.fetch = (path, init) => { \
+             if (path !== '/v1/pair') return window.realFetch(path, init); \
+             window.pairKeys.push(init.headers['Idempotency-Key']); \
+             const sent = window.realFetch(path, init); \
+             return window.pairKeys.length === 1 \
+               ? sent.then(() => Promise.reject(new TypeError('connection reset'))) : sent; }; \
+           return true; })()",
+    )
+    .await;
+    type_into(&s, "#join-code", &code).await;
+    click(&s, "#join-button").await;
+    wait_eq(
+        &s,
+        "guest",
+        ALERT,
+        json!("Could not join: the hub cannot be reached."),
+    )
+    .await;
+    let paired = tokio::task::block_in_place(|| {
+        pipehub_tests::Client::new().get(&hub.url(&format!("/v1/inboxes/{inbox}/games/{game}")))
+    });
+    assert_ne!(
+        paired.json()["phase"],
+        "waiting",
+        "the first pair seated O: {}",
+        paired.body
+    );
+    click(&s, "#join-button").await;
+    let title = "document.getElementById('game-title').textContent";
+    wait_eq(&s, "guest", title, json!(format!("Game {game}"))).await;
+    let keys = eval(&s, "window.pairKeys").await;
+    assert!(
+        keys[0].as_str().is_some_and(|k| k.len() == 32) && keys[0] == keys[1],
+        "one key for both tries: {keys}"
+    );
+    eval(
+        &s,
+        "(() => { window.fetch = window.realFetch; return true; })()",
+    )
+    .await;
+    click(&s, "#leave").await;
 }
