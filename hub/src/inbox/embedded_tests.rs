@@ -238,22 +238,6 @@ async fn torn_tail_is_cut_at_open_and_acknowledged_events_stay() {
     assert!(inbox.get("box", after).await.expect("get").is_some());
 }
 
-/// Where each frame starts in a segment's bytes, and whether it is a batch's mark (its
-/// length word's top bit set) rather than an event or a verdict.
-fn frames_of(data: &[u8]) -> Vec<(usize, bool)> {
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while let Some(word) = data.get(at..at + 4) {
-        let word = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-        if word == 0 {
-            break;
-        }
-        frames.push((at, word >> 31 == 1));
-        at += log::HEADER + (word & !(1 << 31)) as usize;
-    }
-    frames
-}
-
 #[tokio::test]
 async fn damage_before_acknowledged_events_is_refused_and_nothing_is_cut() {
     // A log smaller than `log::TORN_MAX` lay wholly where damage passed for a torn write:
@@ -269,7 +253,7 @@ async fn damage_before_acknowledged_events_is_refused_and_nothing_is_cut() {
         }
         let segment = dir.path().join("inbox-00000000.log");
         let mut data = fs::read(&segment).expect("read");
-        let frames = frames_of(&data);
+        let frames = log::frames_and_marks(&data);
         let damaged = if zeros {
             data[1024..1536].fill(0);
             frames
@@ -349,7 +333,7 @@ async fn a_store_from_before_marks_opens_and_then_gets_the_current_header() {
     fs::write(&header, "pipehub-inbox 1\nshards 4\n").expect("header");
     let segment = dir.path().join("inbox-00000000.log");
     let marked = fs::read(&segment).expect("read");
-    let frames = frames_of(&marked);
+    let frames = log::frames_and_marks(&marked);
     let mut unmarked = Vec::new();
     for (i, &(at, mark)) in frames.iter().enumerate() {
         let end = frames.get(i + 1).map_or(marked.len(), |f| f.0);

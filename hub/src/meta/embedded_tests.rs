@@ -690,22 +690,6 @@ async fn a_torn_tail_is_cut_and_a_large_log_is_compacted() {
     assert_eq!(meta.scan("").await.expect("scan").len(), 2);
 }
 
-/// Where each frame starts in a log's bytes, and whether it is a batch's mark (its length
-/// word's top bit set) rather than a change.
-fn frames_of(data: &[u8]) -> Vec<(usize, bool)> {
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while let Some(word) = data.get(at..at + 4) {
-        let word = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-        if word == 0 {
-            break;
-        }
-        frames.push((at, word >> 31 == 1));
-        at += log::HEADER + (word & !(1 << 31)) as usize;
-    }
-    frames
-}
-
 #[tokio::test]
 async fn damage_before_acknowledged_changes_is_refused_and_nothing_is_cut() {
     // The meta log of a small hub lies wholly within `log::TORN_MAX`: the third of 300
@@ -721,7 +705,7 @@ async fn damage_before_acknowledged_changes_is_refused_and_nothing_is_cut() {
         }
         let segment = dir.path().join("meta-00000000.log");
         let mut data = std::fs::read(&segment).expect("read");
-        let frames = frames_of(&data);
+        let frames = log::frames_and_marks(&data);
         let damaged = if zeros {
             data[1024..1536].fill(0);
             frames

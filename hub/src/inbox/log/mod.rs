@@ -228,6 +228,24 @@ pub fn frames_in(buf: &[u8]) -> Vec<(usize, u32)> {
     out
 }
 
+/// Where each frame starts in a segment's bytes, up to the zeros allocated ahead, and
+/// whether it is a batch's mark rather than a frame of the log's owner (for tests that
+/// damage a log at a chosen frame).
+#[cfg(test)]
+pub(crate) fn frames_and_marks(data: &[u8]) -> Vec<(usize, bool)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while let Some(word) = data.get(at..at + 4) {
+        let word = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+        if word == 0 {
+            break;
+        }
+        frames.push((at, word == mark::MARK));
+        at += HEADER + (word & !(1 << 31)) as usize;
+    }
+    frames
+}
+
 /// The file of segment `index` of the log `stem` in `dir`.
 pub fn segment_path(dir: &Path, stem: &str, index: u32) -> PathBuf {
     dir.join(format!("{stem}-{index:08}.log"))
