@@ -253,20 +253,7 @@ async fn damage_before_acknowledged_events_is_refused_and_nothing_is_cut() {
         }
         let segment = dir.path().join("inbox-00000000.log");
         let mut data = fs::read(&segment).expect("read");
-        let frames = log::frames_and_marks(&data);
-        let damaged = if zeros {
-            data[1024..1536].fill(0);
-            frames
-                .iter()
-                .rev()
-                .find(|(at, _)| *at <= 1024)
-                .expect("a frame")
-                .0
-        } else {
-            let third = frames.iter().filter(|(_, mark)| !mark).nth(2).expect("3").0;
-            data[third..third + 4].fill(0);
-            third
-        };
+        let damaged = log::damage_early(&mut data, zeros);
         fs::write(&segment, &data).expect("write");
         let Err(StoreError::Corrupt(why)) = EmbeddedInbox::open(dir.path(), 4) else {
             panic!("damage at byte {damaged} was cut with the events after it");

@@ -246,6 +246,27 @@ pub(crate) fn frames_and_marks(data: &[u8]) -> Vec<(usize, bool)> {
     frames
 }
 
+/// Damages a segment's bytes early on, as no crash can: a zeroed 512-byte sector at
+/// 1 KiB (`zeros`), or else the third frame of the log's owner with its length word
+/// zeroed. Returns where the damaged frame starts (for the stores' damage tests).
+#[cfg(test)]
+pub(crate) fn damage_early(data: &mut [u8], zeros: bool) -> usize {
+    let frames = frames_and_marks(data);
+    if zeros {
+        data[1024..1536].fill(0);
+        frames
+            .iter()
+            .rev()
+            .find(|(at, _)| *at <= 1024)
+            .expect("a frame")
+            .0
+    } else {
+        let third = frames.iter().filter(|(_, mark)| !mark).nth(2).expect("3").0;
+        data[third..third + 4].fill(0);
+        third
+    }
+}
+
 /// The file of segment `index` of the log `stem` in `dir`.
 pub fn segment_path(dir: &Path, stem: &str, index: u32) -> PathBuf {
     dir.join(format!("{stem}-{index:08}.log"))
