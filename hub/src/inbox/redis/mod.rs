@@ -403,7 +403,10 @@ async fn watch_streams(inbox: std::sync::Weak<RedisInbox>, mut con: ConnectionMa
                 }
                 for (shard, (high, seen)) in highs.into_iter().zip(seen).enumerate() {
                     if high < seen {
-                        me.gone_back(shard as u32, seen, high);
+                        // Named by the furthest this node knows now: an append of its own
+                        // that landed while the counters were read stood there too.
+                        let furthest = seen.max(me.high(shard as u32));
+                        me.gone_back(shard as u32, furthest, high);
                     }
                     me.bump(shard as u32, high);
                 }
