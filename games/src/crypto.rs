@@ -123,7 +123,10 @@ pub fn rps_commit(choice: &str, nonce: &str) -> String {
     to_hex(&h.finalize())
 }
 
-fn hkdf32(secret: &[u8], info: &[u8]) -> [u8; 32] {
+/// 32 bytes derived by HKDF-SHA-256 from `secret` for `info`: the derivation of seat keys
+/// and nonces above, and of the hub's other values that must be the same on every node
+/// and unguessable without the secret.
+pub fn hkdf32(secret: &[u8], info: &[u8]) -> [u8; 32] {
     let mut okm = [0u8; 32];
     // 32 bytes is far below HKDF-SHA-256's limit of 255 × 32, so expand cannot fail.
     let _ = Hkdf::<Sha256>::new(None, secret).expand(info, &mut okm);

@@ -73,6 +73,7 @@
     code_expired: 'this code has expired; ask for a new one',
     too_many_games: 'you have too many open games; finish, resign or cancel one first',
     already_paired: 'your opponent has already joined',
+    idempotency_key_reused: 'that create was sent too long ago to be answered again; press Create once more',
     bad_rules: 'a rule is out of range',
     bad_number: 'numbers must be whole numbers',
     forbidden: 'this seat may not do that',
@@ -348,6 +349,20 @@
     return pairKeys.get(code);
   }
 
+  // The create this page last sent without an answer, and its Idempotency-Key. The same
+  // create (the same inbox and form) sent again, as Create pressed again after "the hub
+  // cannot be reached" sends it, goes with the same key, and the hub answers with the game
+  // the first try made instead of making a second. Any answer but the hub's failure ends
+  // it.
+  let unanswered = null;
+  function createKey(request) {
+    if (!unanswered || unanswered.request !== request) {
+      const bytes = crypto.getRandomValues(new Uint8Array(16));
+      unanswered = { request, key: Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('') };
+    }
+    return unanswered.key;
+  }
+
   async function api(method, path, body, token, extraHeaders) {
     const headers = Object.assign({}, extraHeaders);
     if (body !== undefined) headers['Content-Type'] = 'application/json';
@@ -505,7 +520,15 @@
     await whileBusy($('create-button'), async () => {
       try {
         const body = { protocol, rules, signed: $('create-signed').checked };
-        const c = await api('POST', gamePath(inbox), body);
+        const request = JSON.stringify([inbox, body]);
+        let c;
+        try {
+          c = await api('POST', gamePath(inbox), body, undefined, { 'Idempotency-Key': createKey(request) });
+        } catch (e) {
+          if (e.status !== undefined && e.status < 500) unanswered = null;
+          throw e;
+        }
+        unanswered = null;
         enterGame({
           mode: 'seat',
           inbox: c.inbox,

@@ -372,7 +372,30 @@ impl Client {
         content_type: Option<&str>,
         body: Option<&[u8]>,
     ) -> Response {
+        self.send_with(method, url, token, &[], content_type, body)
+    }
+
+    /// A JSON post sent with the `Idempotency-Key` `key`.
+    pub fn post_keyed(&self, url: &str, key: &str, body: &Value) -> Response {
+        let body = body.to_string();
+        let headers = [("Idempotency-Key", key)];
+        self.send_with("POST", url, None, &headers, None, Some(body.as_bytes()))
+    }
+
+    /// [`Client::send`], with `headers` too.
+    pub fn send_with(
+        &self,
+        method: &str,
+        url: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Response {
         let mut req = self.agent.request(method, url);
+        for (name, value) in headers {
+            req = req.set(name, value);
+        }
         if let Some(token) = token {
             req = req.set("Authorization", &format!("Bearer {token}"));
         }

@@ -1004,4 +1004,60 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
     )
     .await;
     click(&s, "#leave").await;
+
+    // A create whose answer is lost on its way (the hub made the game, the page heard
+    // nothing): Create pressed again sends the same create with the same Idempotency-Key,
+    // and the page sits at X of that game rather than make a second.
+    let waiting = || {
+        let url = hub.url(&format!(
+            "/v1/inboxes/{inbox}/games?phase=waiting&limit=100"
+        ));
+        let listed = tokio::task::block_in_place(|| pipehub_tests::Client::new().get(&url));
+        assert_eq!(listed.status, 200, "{}", listed.body);
+        listed.json()["items"].as_array().map_or(0, Vec::len)
+    };
+    let before = waiting();
+    let patch = format!(
+        "(() => {{ window.realFetch = window.fetch; window.createKeys = []; \
+           window.fetch = (path, init) => {{ \
+             if (path !== '/v1/inboxes/{inbox}/games' || init.method !== 'POST') return window.realFetch(path, init); \
+             window.createKeys.push(init.headers['Idempotency-Key']); \
+             const sent = window.realFetch(path, init); \
+             return window.createKeys.length === 1 \
+               ? sent.then(() => Promise.reject(new TypeError('connection reset'))) : sent; }}; \
+           return true; }})()"
+    );
+    // X still sits in the game the guest joined above.
+    click(&x, "#leave").await;
+    eval(&x, &patch).await;
+    type_into(&x, "#create-inbox", inbox).await;
+    click(&x, "#create-button").await;
+    wait_eq(
+        &x,
+        "X",
+        ALERT,
+        json!("Could not create the game: the hub cannot be reached."),
+    )
+    .await;
+    assert_eq!(waiting(), before + 1, "the first create made the game");
+    click(&x, "#create-button").await;
+    wait_eq(
+        &x,
+        "X",
+        "document.getElementById('pairing-code').textContent.length > 0",
+        json!(true),
+    )
+    .await;
+    assert_eq!(waiting(), before + 1, "no second game");
+    let keys = eval(&x, "window.createKeys").await;
+    assert!(
+        keys[0].as_str().is_some_and(|k| k.len() == 32) && keys[0] == keys[1],
+        "one key for both tries: {keys}"
+    );
+    eval(
+        &x,
+        "(() => { window.fetch = window.realFetch; return true; })()",
+    )
+    .await;
+    click(&x, "#leave").await;
 }

@@ -1136,17 +1136,12 @@ fn a_pair_sent_again_with_its_idempotency_key_is_answered_again() {
     let made = made.json();
     let (game, code) = (made["game"].clone(), made["pairingCode"].clone());
     let pair = |hub: &Hub, key: Option<&str>| -> (u16, Value) {
-        let mut req = ureq::post(&hub.url("/v1/pair")).set("Content-Type", "application/json");
-        if let Some(key) = key {
-            req = req.set("Idempotency-Key", key);
-        }
-        let res = match req.send_string(&json!({"code": code}).to_string()) {
-            Ok(res) | Err(ureq::Error::Status(_, res)) => res,
-            Err(e) => panic!("pair: {e}"),
+        let (url, body) = (hub.url("/v1/pair"), json!({"code": code}));
+        let res = match key {
+            Some(key) => c.post_keyed(&url, key, &body),
+            None => c.post(&url, None, &body),
         };
-        let status = res.status();
-        let body = res.into_string().unwrap_or_default();
-        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+        (res.status, res.json())
     };
     let (status, refused) = pair(&hub, Some("too short"));
     assert_eq!((status, &refused["error"]), (400, &json!("bad_request")));
@@ -1178,6 +1173,83 @@ fn a_pair_sent_again_with_its_idempotency_key_is_answered_again() {
             "{key:?}"
         );
     }
+}
+
+#[test]
+fn a_create_sent_again_with_its_idempotency_key_is_answered_again() {
+    // A host whose answer to a create was lost sends it again with the same
+    // Idempotency-Key, even after the hub restarted: it gets the same game, a fresh token
+    // for X and a fresh code, and no second game is made, nor counted under its cap.
+    const KEY: &str = "9b2e44d0-host-retry-key";
+    let mut hub = Hub::start(&["--max-open-games", "1"]);
+    let c = Client::new();
+    let create = |hub: &Hub, key: &str, protocol: &str| -> (u16, Value) {
+        let url = hub.url("/v1/inboxes/lobby/games");
+        let res = c.post_keyed(&url, key, &json!({"protocol": protocol}));
+        (res.status, res.json())
+    };
+    // A malformed key is refused before anything is made: the cap of one is still free.
+    let (status, refused) = create(&hub, "too short", TTT);
+    assert_eq!((status, &refused["error"]), (400, &json!("bad_request")));
+
+    let (status, first) = create(&hub, KEY, TTT);
+    assert_eq!(status, 201, "{first}");
+    let (status, again) = create(&hub, KEY, TTT);
+    assert_eq!(status, 201, "{again}");
+    hub.restart();
+    let (status, after_restart) = create(&hub, KEY, TTT);
+    assert_eq!(status, 201, "{after_restart}");
+    let answers = [&first, &again, &after_restart];
+    for answer in answers {
+        assert_eq!(
+            (&answer["game"], &answer["seat"]),
+            (&first["game"], &json!("X"))
+        );
+    }
+    assert_ne!(again["token"], first["token"], "a fresh token");
+    let game = first["game"].as_str().expect("an id");
+    let view = format!("/v1/inboxes/lobby/games/{game}/view");
+    for answer in answers {
+        let token = answer["token"].as_str().expect("a token");
+        let seen = c.get_auth(&hub.url(&view), token);
+        assert_eq!(seen.status, 200, "{}", seen.body);
+        assert_eq!(seen.json()["seat"], "X", "{}", seen.body);
+    }
+    // The same key with another create changes nothing; a create without a key is a
+    // second game, over the cap.
+    let (status, other) = create(&hub, KEY, "pipehub:connect-four");
+    assert_eq!(
+        (status, &other["error"]),
+        (422, &json!("idempotency_key_reused")),
+        "{other}"
+    );
+    let second = c.post(
+        &hub.url("/v1/inboxes/lobby/games"),
+        None,
+        &json!({"protocol": TTT}),
+    );
+    assert_eq!(second.error(), "too_many_games", "{}", second.body);
+    // Only the last answer's code opens the game; once it is paired, the key seats no one.
+    for earlier in [&first, &again] {
+        let dead = c.post(
+            &hub.url("/v1/pair"),
+            None,
+            &json!({"code": earlier["pairingCode"]}),
+        );
+        assert_eq!(dead.error(), "code_used", "{}", dead.body);
+    }
+    let paired = c.post(
+        &hub.url("/v1/pair"),
+        None,
+        &json!({"code": after_restart["pairingCode"]}),
+    );
+    assert_eq!(paired.status, 200, "{}", paired.body);
+    let (status, late) = create(&hub, KEY, TTT);
+    assert_eq!(
+        (status, &late["error"]),
+        (409, &json!("already_paired")),
+        "{late}"
+    );
 }
 
 #[test]

@@ -353,6 +353,101 @@ fn listings_and_the_open_games_cap_span_the_nodes() {
     assert_eq!(create_on(&nodes[1]).error(), "too_many_games");
 }
 
+#[test]
+fn a_create_sent_again_to_another_node_answers_with_the_same_game() {
+    // A host whose create's answer was lost sends it again, and a load balancer takes it
+    // to another node: the game is the one the first try made, under a cap of one. Tries
+    // racing on both nodes make one game too.
+    let redis = RedisServer::start();
+    let nodes = [
+        node_with(&redis, &["--max-open-games", "1"]),
+        node_with(&redis, &["--max-open-games", "1"]),
+    ];
+    let client = Client::new();
+    let create = |hub: &Hub, inbox: &str, key: &str| {
+        let url = hub.url(&format!("/v1/inboxes/{inbox}/games"));
+        client.post_keyed(&url, key, &json!({"protocol": "pipehub:tic-tac-toe"}))
+    };
+    let first = create(&nodes[0], "again", "6c0f1e7a-host-key-one");
+    let again = create(&nodes[1], "again", "6c0f1e7a-host-key-one");
+    assert_eq!(
+        (first.status, again.status),
+        (201, 201),
+        "{} {}",
+        first.body,
+        again.body
+    );
+    let game = first.json()["game"].clone();
+    assert_eq!(again.json()["game"], game, "{}", again.body);
+    let view = format!(
+        "/v1/inboxes/again/games/{}/view",
+        game.as_str().unwrap_or_default()
+    );
+    for answer in [&first, &again] {
+        let token = answer.json()["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let seen = client.get_auth(&nodes[0].url(&view), &token);
+        assert_eq!(seen.json()["seat"], "X", "{}", seen.body);
+    }
+    // The first answer's code died with the repeat; the last one's seats O.
+    let pair = |hub: &Hub, answer: &pipehub_tests::Response| {
+        let code = answer.json()["pairingCode"].clone();
+        client.post(&hub.url("/v1/pair"), None, &json!({"code": code}))
+    };
+    assert_eq!(pair(&nodes[1], &first).error(), "code_used");
+    assert_eq!(pair(&nodes[0], &again).status, 200);
+    let token = again.json()["token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let resign = format!(
+        "/v1/inboxes/again/games/{}/resign",
+        game.as_str().unwrap_or_default()
+    );
+    let resigned = client.post(&nodes[1].url(&resign), Some(&token), &json!({}));
+    assert_eq!(resigned.status, 201, "{}", resigned.body);
+
+    // Another key, sent to both nodes at once, a few times each: one game is made (the
+    // person's cap of one is free again once the first game finished).
+    let answers: Vec<pipehub_tests::Response> = std::thread::scope(|s| {
+        let racers: Vec<_> = (0..6)
+            .map(|i| {
+                let create = &create;
+                let hub = &nodes[i % 2];
+                s.spawn(move || create(hub, "race", "0d9a7b3c-host-key-two"))
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|r| r.join().expect("a racer"))
+            .collect()
+    });
+    let games: std::collections::BTreeSet<String> = answers
+        .iter()
+        .filter(|a| a.status == 201)
+        .map(|a| a.json()["game"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let seen: Vec<_> = answers.iter().map(|a| (a.status, a.body.clone())).collect();
+    assert_eq!(games.len(), 1, "one game: {seen:?}");
+    for answer in &answers {
+        // A try that lost a race with one changing the same game may be told to try again.
+        assert!(
+            [201, 503].contains(&answer.status),
+            "{} {}",
+            answer.status,
+            answer.body
+        );
+    }
+    let listed = client.get(&nodes[1].url("/v1/inboxes/race/games"));
+    let items = listed.json()["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(items.len(), 1, "{}", listed.body);
+}
+
 fn create_on(hub: &Hub) -> pipehub_tests::Response {
     Client::new().post(
         &hub.url("/v1/inboxes/span/games"),

@@ -41,6 +41,10 @@ pub enum HubError {
     CodeUsed,
     #[error("code_expired: this pairing code has expired")]
     CodeExpired,
+    /// An `Idempotency-Key` sent again with another request than the one it was first
+    /// sent with, or after the time a repeat is answered.
+    #[error("idempotency_key_reused: {0}")]
+    KeyReused(String),
     /// The person already has the maximum number of open seated games.
     #[error("too_many_games: at most {0} open games per person")]
     TooManyGames(u64),
@@ -81,7 +85,7 @@ impl HubError {
             HubError::CodeUsed | HubError::CodeExpired => 410,
             HubError::Input(r) if r.reason == games::Reason::TooLarge => 413,
             HubError::Input(_) | HubError::BadRequest(_) => 400,
-            HubError::Refused(_) => 422,
+            HubError::Refused(_) | HubError::KeyReused(_) => 422,
             HubError::Unavailable(_) | HubError::Store(_) => 503,
         }
     }
@@ -97,6 +101,7 @@ impl HubError {
             HubError::AlreadyPaired => "already_paired",
             HubError::CodeUsed => "code_used",
             HubError::CodeExpired => "code_expired",
+            HubError::KeyReused(_) => "idempotency_key_reused",
             HubError::TooManyGames(_) => "too_many_games",
             HubError::TooManyCaptures(_) => "too_many_captures",
             HubError::Input(r) | HubError::Refused(r) => r.reason.code(),
@@ -111,7 +116,8 @@ impl HubError {
             HubError::Unauthorized(d)
             | HubError::Forbidden(d)
             | HubError::NotFound(d)
-            | HubError::BadRequest(d) => Some(d.clone()),
+            | HubError::BadRequest(d)
+            | HubError::KeyReused(d) => Some(d.clone()),
             HubError::Unavailable(why) => Some(why.to_string()),
             HubError::Store(e) => Some(e.to_string()),
             HubError::Input(r) | HubError::Refused(r) => r.detail.clone(),

@@ -95,14 +95,21 @@ pub async fn list_games(
     Ok(HttpResponse::Ok().json(listing))
 }
 
-/// Create a seated game: seat X, reserve the id, get a pairing code.
+/// Create a seated game: seat X, reserve the id, get a pairing code. Sent with an
+/// `Idempotency-Key` (16 to 128 visible ASCII characters, random), the same create may be
+/// sent again with the same key for ten minutes while the game waits for its guest, and is
+/// answered with the same game, a fresh token for X and a fresh code (the one the lost
+/// answer carried dies): a host whose answer was lost neither loses its game nor makes a
+/// second one.
 #[utoipa::path(post, path = "/v1/inboxes/{inbox}/games", tag = "seats",
-    params(("inbox" = String, Path, description = "inbox name")),
+    params(("inbox" = String, Path, description = "inbox name"),
+           ("Idempotency-Key" = Option<String>, Header,
+            description = "16 to 128 visible ASCII characters drawn at random for this create; sending the same create again with it answers it again")),
     request_body = CreateGameBody,
     responses((status = 201, description = "`{inbox, game, seat: X, token, pairingCode, expiresAt}`", body = Object),
-              (status = 400, description = "malformed body", body = ErrorBody),
-              (status = 409, description = "too many open games", body = ErrorBody),
-              (status = 422, description = "bad rules or unknown protocol", body = ErrorBody),
+              (status = 400, description = "malformed body, or a malformed Idempotency-Key", body = ErrorBody),
+              (status = 409, description = "too many open games; or, for a create sent again, its game is paired", body = ErrorBody),
+              (status = 422, description = "bad rules or unknown protocol; idempotency_key_reused: the key came with another create, or more than ten minutes after its game was made", body = ErrorBody),
               (status = 429, description = "rate limited", body = ErrorBody),
               (status = 503, description = "the store cannot take writes", body = ErrorBody)))]
 pub async fn create_game(
@@ -125,6 +132,7 @@ pub async fn create_game(
     extract::charge(&state, &host).await?;
     let body = extract::read_body(&req, payload, REQUEST_BODY_LIMIT).await?;
     let body: CreateGameBody = extract::parse_request(&body)?;
+    let repeat_key = extract::idempotency_key(&req)?;
     let create = CreateGame {
         protocol: body.protocol,
         rules: body.rules,
@@ -133,7 +141,7 @@ pub async fn create_game(
     };
     let created = state
         .hub
-        .create_game(&inbox, create, &host.person_key())
+        .create_game_again(&inbox, create, &host.person_key(), repeat_key)
         .await?;
     Ok(HttpResponse::Created().json(created))
 }

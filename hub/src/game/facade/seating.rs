@@ -39,22 +39,32 @@ impl Hub {
         req: CreateGame,
         person: &str,
     ) -> Result<Created, HubError> {
+        self.create_game_again(inbox, req, person, None).await
+    }
+
+    /// [`Hub::create_game`] for a request that may be sent again: `repeat_key` is its
+    /// `Idempotency-Key`. The game's id is derived from it, so a try after one whose answer
+    /// was lost finds that game and is answered with a fresh token for X and a fresh code
+    /// ([`Seats::repeat_create`]); no second game is made, and none is counted under the
+    /// cap. A try whose predecessors made nothing makes the game.
+    ///
+    /// [`Seats::repeat_create`]: crate::game::seats::Seats::repeat_create
+    pub async fn create_game_again(
+        &self,
+        inbox: &str,
+        req: CreateGame,
+        person: &str,
+        repeat_key: Option<&str>,
+    ) -> Result<Created, HubError> {
         self.inbox_writable()?;
         let config = &self.engine.config;
-        // Checked first, so that a person at the cap hears so before anything else; on one
-        // hub the seats count the game again as they create it (`create_capped`), so that
-        // creates racing each other cannot pass the cap between this check and their
-        // count. Nodes sharing a store count the store's open games, which another node's
-        // creates change too.
-        if let Some(max) = config.max_open_games {
-            let open = if self.clustered() {
-                self.engine.seats.open_games_stored(person).await?
-            } else {
-                self.engine.seats.open_games(person)
-            };
-            if open >= max {
-                return Err(HubError::TooManyGames(max));
-            }
+        // Checked first, so that a person at the cap hears so before anything else (but a
+        // repeat, which makes no game and is answered below); on one hub the seats count
+        // the game again as they create it (`create_capped`), so that creates racing each
+        // other cannot pass the cap between this check and their count. Nodes sharing a
+        // store count the store's open games, which another node's creates change too.
+        if let Some(max) = config.max_open_games.filter(|_| repeat_key.is_none()) {
+            self.check_open_games(person, max).await?;
         }
         let cap = config.max_open_games.filter(|_| !self.clustered());
         let protocol = config
@@ -70,6 +80,7 @@ impl Hub {
         }
         let rules = protocol
             .rules(&given)
+            .map(Arc::new)
             .map_err(|e| HubError::Refused(e.into()))?;
         if req.key.is_some() && !req.signed {
             return Err(HubError::BadRequest("a key needs signed play".into()));
@@ -77,7 +88,38 @@ impl Hub {
         if let Some(k) = &req.key {
             check_key(k)?;
         }
-        let game = format!("g{}", seats::random_base32(15).to_ascii_lowercase());
+        let ttl_ms = config.code_ttl.as_millis() as u64;
+        let repeat_hash = repeat_key.map(|k| crypto::sha256_hex(k.as_bytes()));
+        let game = match repeat_key {
+            Some(k) => seats::repeat_game_id(&config.secret, inbox, k),
+            None => seats::new_game_id(),
+        };
+        // What a game made by an earlier try of this request must have been made with.
+        let same = |reg: &Registration| {
+            *reg.protocol_id == *protocol.id()
+                && reg.rules == rules
+                && reg.signed == req.signed
+                && reg.agent_x == req.key.is_some()
+                && (req.key.is_none() || reg.key_x == req.key)
+        };
+        if let Some(hash) = &repeat_hash {
+            if let Some(again) = self
+                .repeat_create(inbox, &game, hash, ttl_ms, &same)
+                .await?
+            {
+                return Ok(again);
+            }
+            if let Some(max) = config.max_open_games {
+                if let Err(capped) = self.check_open_games(person, max).await {
+                    // A try of this create racing this one may have made its game since
+                    // the look above: that game is the one the cap counts.
+                    let again = self
+                        .repeat_create(inbox, &game, hash, ttl_ms, &same)
+                        .await?;
+                    return again.ok_or(capped);
+                }
+            }
+        }
         let key_x = match (&req.key, req.signed) {
             (_, false) => None,
             (Some(k), true) => Some(k.clone()),
@@ -93,7 +135,7 @@ impl Hub {
             game: game.clone(),
             protocol: protocol.refs().first().copied().unwrap_or("").into(),
             protocol_id: protocol.id().into(),
-            rules: Arc::new(rules),
+            rules: Arc::clone(&rules),
             signed: req.signed,
             key_x,
             key_o: None,
@@ -103,9 +145,26 @@ impl Hub {
             host: person.to_string(),
             created_ms: clock::now_ms(),
             code_hash: None,
+            create_key: repeat_hash.clone(),
         };
-        let ttl_ms = config.code_ttl.as_millis() as u64;
-        let (token, code, expires_ms) = self.engine.seats.create_capped(reg, ttl_ms, cap).await?;
+        let made = self.engine.seats.create_capped(reg, ttl_ms, cap).await;
+        let (token, code, expires_ms) = match (made, &repeat_hash) {
+            // A try of the same create racing this one reserved the id, or took the last
+            // place under the cap, first: answer as a repeat of it.
+            (
+                Err(
+                    e
+                    @ (HubError::Unavailable(Unavailable::IdReserved) | HubError::TooManyGames(_)),
+                ),
+                Some(hash),
+            ) => {
+                let again = self
+                    .repeat_create(inbox, &game, hash, ttl_ms, &same)
+                    .await?;
+                return again.ok_or(e);
+            }
+            (made, _) => made?,
+        };
         if let Some(max) = config.max_open_games.filter(|_| self.clustered()) {
             // Nodes count the store's open games, and creates racing on several nodes all
             // passed the check above (10 at once made 6 to 11 games under a cap of 3). So
@@ -276,6 +335,45 @@ impl Hub {
             return differs("keys");
         }
         Ok(())
+    }
+
+    /// `TooManyGames` when `person` holds `max` open games already: counted here on one
+    /// hub, in the store where nodes share it (another node's creates change it too).
+    async fn check_open_games(&self, person: &str, max: u64) -> Result<(), HubError> {
+        let open = if self.clustered() {
+            self.engine.seats.open_games_stored(person).await?
+        } else {
+            self.engine.seats.open_games(person)
+        };
+        if open >= max {
+            return Err(HubError::TooManyGames(max));
+        }
+        Ok(())
+    }
+
+    /// The answer to a create sent again, if an earlier try made its game
+    /// ([`Seats::repeat_create`](crate::game::seats::Seats::repeat_create)).
+    async fn repeat_create(
+        &self,
+        inbox: &str,
+        game: &str,
+        key_hash: &str,
+        ttl_ms: u64,
+        same: impl FnOnce(&Registration) -> bool,
+    ) -> Result<Option<Created>, HubError> {
+        let again = self
+            .engine
+            .seats
+            .repeat_create((inbox, game), key_hash, ttl_ms, same)
+            .await?;
+        Ok(again.map(|(token, code, expires_ms)| Created {
+            inbox: inbox.to_string(),
+            game: game.to_string(),
+            seat: Seat::X,
+            token,
+            pairing_code: code,
+            expires_at: clock::rfc3339(expires_ms),
+        }))
     }
 
     /// Refuses (503) to seat anyone while the inbox cannot take writes (a full disk, a

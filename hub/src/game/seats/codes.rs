@@ -27,6 +27,11 @@ pub const CODE_KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3
 /// the seat.
 pub const PAIR_REPEAT: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 
+/// How long after a create its host may send it again with the same `Idempotency-Key` and
+/// be given X's seat once more, with a fresh code ([`Seats::repeat_create`]): as long as a
+/// pair may be repeated, and for the same reasons.
+pub const CREATE_REPEAT: std::time::Duration = PAIR_REPEAT;
+
 /// Crockford base32: no I, L, O, U, so codes read aloud and typed by hand survive.
 const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
@@ -34,10 +39,31 @@ const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 pub fn random_base32(n: usize) -> String {
     let mut bytes = vec![0u8; n];
     rand::thread_rng().fill_bytes(&mut bytes);
+    base32(&bytes)
+}
+
+/// One Crockford base32 character for each byte, from its low five bits.
+fn base32(bytes: &[u8]) -> String {
     bytes
         .iter()
         .map(|b| CROCKFORD[(b & 31) as usize] as char)
         .collect()
+}
+
+/// A fresh game id: `g` and 15 random base32 characters (75 bits).
+pub fn new_game_id() -> String {
+    format!("g{}", random_base32(15).to_ascii_lowercase())
+}
+
+/// The id of the game that a create sent with the `Idempotency-Key` `key` reserves in
+/// `inbox`, in the form of [`new_game_id`]: the same for every try of that create, on every
+/// node (they share the secret), so that a try finds the game an earlier one made
+/// ([`Seats::repeat_create`]); without the secret it cannot be told from a random id. The
+/// info cannot be a seat key's or a nonce's (`inbox|game|seat…`): no inbox holds a `/`.
+pub fn repeat_game_id(secret: &[u8], inbox: &str, key: &str) -> String {
+    let info = format!("pipehub/create|{inbox}|{key}");
+    let derived = crypto::hkdf32(secret, info.as_bytes());
+    format!("g{}", base32(&derived[..15]).to_ascii_lowercase())
 }
 
 /// Normalizes a pairing code as typed: Crockford's decoding (case-insensitive, I and L read

@@ -9,7 +9,9 @@
 //! cache reads the store:
 //!
 //! - `game/{inbox}/{game}`: the [`Registration`] (protocol, validated rules, keys and who
-//!   holds them, paired or not, the host person).
+//!   holds them, paired or not, the host person). A create sent with an `Idempotency-Key`
+//!   reserves the id that key derives and keeps the key's hash, so that its host may send
+//!   it again for ten minutes and be seated again ([`Seats::repeat_create`]).
 //! - `seat/{sha256(token)}`: the seat a token opens. Tokens are 256 random bits and only
 //!   their hash is stored, so a copy of the data directory opens no seat.
 //! - `code/{sha256(code)}`: a pairing code (8 Crockford base32 characters, 40 random
@@ -41,7 +43,7 @@ use games::key::GameIds;
 use games::{crypto, Seat};
 use parking_lot::Mutex;
 
-pub use codes::{new_token, normalize_code, random_base32, CODE_KEEP};
+pub use codes::{new_game_id, new_token, normalize_code, repeat_game_id, CODE_KEEP, CREATE_REPEAT};
 pub use records::Registration;
 pub(super) use records::{open_key, parse_open_key};
 
@@ -587,6 +589,62 @@ impl Seats {
         }
         let token = self.issue_token(&reg.inbox, &reg.game, Seat::O).await?;
         Ok((token, Registration::clone(&reg)))
+    }
+
+    /// Seats X once more for a create sent again with its `Idempotency-Key` (hashed:
+    /// `key_hash`), whose game id is the one that key derives
+    /// ([`repeat_game_id`](codes::repeat_game_id)): a fresh token for X's seat and a fresh
+    /// pairing code, the one the lost answer carried dying (nobody saw it). `None` when no
+    /// game holds the id: no try of this create made one (or it was cancelled since), and
+    /// this one makes it. `same` says whether the stored game is what this request asks
+    /// for. Refused, without a change, when the game was made by another request with this
+    /// key (`idempotency_key_reused`), more than [`CREATE_REPEAT`](codes::CREATE_REPEAT)
+    /// ago, or is paired by now (409). The first answer's token keeps working: both went
+    /// to the one host that holds the key.
+    pub async fn repeat_create(
+        &self,
+        (inbox, game): (&str, &str),
+        key_hash: &str,
+        ttl_ms: u64,
+        same: impl FnOnce(&Registration) -> bool,
+    ) -> Result<Option<(String, String, u64)>, HubError> {
+        // The store, not the cache, where another node may have made the game.
+        let reg = match self.registration(inbox, game) {
+            Some(reg) if !self.shared => Some(reg),
+            _ => self
+                .read_registration(inbox, game)
+                .await?
+                .map(|(reg, _)| reg),
+        };
+        let Some(reg) = reg else {
+            return Ok(None);
+        };
+        if reg.create_key.as_deref() != Some(key_hash) {
+            // Another game holds the id (75 bits of HKDF output: all but impossible).
+            return Err(Unavailable::IdReserved.into());
+        }
+        if !same(&reg) {
+            return Err(HubError::KeyReused(
+                "this Idempotency-Key was sent with another create: draw a new key for each request"
+                    .into(),
+            ));
+        }
+        let window = codes::CREATE_REPEAT.as_millis() as u64;
+        if now_ms() > reg.created_ms.saturating_add(window) {
+            return Err(HubError::KeyReused(format!(
+                "the create sent with this Idempotency-Key was made more than {} minutes ago: draw a new key",
+                window / 60_000
+            )));
+        }
+        let auth = SeatAuth {
+            inbox: inbox.into(),
+            game: game.into(),
+            seat: Seat::X,
+        };
+        // In the game's turn, and only while it is unpaired (409 else); the old code dies.
+        let (code, expires_ms) = self.new_code(&auth, ttl_ms).await?;
+        let token = self.issue_token(inbox, game, Seat::X).await?;
+        Ok(Some((token, code, expires_ms)))
     }
 
     /// Why a code's record was not there to take. Another guest's pair may have it, and

@@ -39,6 +39,11 @@ pub struct Registration {
     pub created_ms: u64,
     /// Hash of the live pairing code (`None` once paired).
     pub code_hash: Option<String>,
+    /// The hex SHA-256 of the `Idempotency-Key` the create was sent with, by which its
+    /// host may send it again ([`CREATE_REPEAT`](super::codes::CREATE_REPEAT)). Absent
+    /// from older records and from creates sent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_key: Option<String>,
 }
 
 impl Registration {

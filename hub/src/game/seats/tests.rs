@@ -8,7 +8,7 @@ use super::*;
 #[test]
 fn codes_are_eight_crockford_characters() {
     for _ in 0..100 {
-        let code = random_base32(8);
+        let code = codes::random_base32(8);
         assert_eq!(code.len(), 8);
         assert_eq!(normalize_code(&code).as_deref(), Some(code.as_str()));
     }
@@ -47,6 +47,7 @@ fn registration(game: &str, rules: Value) -> Registration {
         host: "host".into(),
         created_ms: 0,
         code_hash: None,
+        create_key: None,
     }
 }
 
@@ -637,4 +638,64 @@ async fn a_pair_sent_again_with_its_idempotency_key_seats_its_guest_again() {
         .expect("put");
     let late = seats.pair(&code, Some(key), o_key("aa")).await;
     assert!(matches!(late, Err(HubError::CodeUsed)), "{late:?}");
+}
+
+#[actix_rt::test]
+async fn a_create_is_made_again_only_by_its_own_key_soon_after_and_while_unpaired() {
+    // What a try of a create finds under the id its key derives: nothing (the try makes
+    // the game), the game an earlier try made (X's seat again, with a fresh code), or a
+    // game it must not hand out.
+    let (_dir, meta, seats) = seats_on_disk().await;
+    let key = crypto::sha256_hex(b"a-random-key-0123456789");
+    let rules = serde_json::json!({"rows": 6, "cols": 7, "winLength": 4});
+    let ids = ("lobby", "g1");
+    let none = seats.repeat_create(ids, &key, 60_000, |_| true).await;
+    assert!(matches!(none, Ok(None)), "{none:?}");
+    let mut reg = registration("g1", rules);
+    reg.create_key = Some(key.clone());
+    reg.created_ms = now_ms();
+    let (first, code, _) = seats.create(reg, 60_000).await.expect("create");
+
+    let (again, fresh, _) = seats
+        .repeat_create(ids, &key, 60_000, |_| true)
+        .await
+        .expect("made again")
+        .expect("the game is there");
+    assert_ne!(again, first, "a fresh token");
+    assert_ne!(fresh, code, "a fresh code");
+    for token in [&first, &again] {
+        let seat = seats.seat_for_token(token).expect("a seat");
+        assert_eq!((&*seat.game, seat.seat), ("g1", Seat::X));
+    }
+    let o_key = |_: &Registration| Ok((None, false));
+    assert!(matches!(
+        seats.pair(&code, None, o_key).await,
+        Err(HubError::CodeUsed)
+    ));
+
+    // Another request sent with the key, or the key held by another game, changes nothing.
+    let other = seats.repeat_create(ids, &key, 60_000, |_| false).await;
+    assert!(matches!(other, Err(HubError::KeyReused(_))), "{other:?}");
+    let other_key = crypto::sha256_hex(b"another-key-0123456789");
+    let taken = seats.repeat_create(ids, &other_key, 60_000, |_| true).await;
+    assert!(
+        matches!(taken, Err(HubError::Unavailable(Unavailable::IdReserved))),
+        "{taken:?}"
+    );
+
+    // Ten minutes after the create, the key answers no more.
+    let stored = meta.get(&game_key("lobby", "g1")).await.expect("get");
+    let mut old: Registration =
+        serde_json::from_slice(&stored.expect("registered")).expect("a registration");
+    old.created_ms -= codes::CREATE_REPEAT.as_millis() as u64 + 1_000;
+    seats.put_registration(&old).await.expect("put");
+    let late = seats.repeat_create(ids, &key, 60_000, |_| true).await;
+    assert!(matches!(late, Err(HubError::KeyReused(_))), "{late:?}");
+
+    // Within them, a paired game is not seated again.
+    old.created_ms = now_ms();
+    seats.put_registration(&old).await.expect("put");
+    seats.pair(&fresh, None, o_key).await.expect("paired");
+    let paired = seats.repeat_create(ids, &key, 60_000, |_| true).await;
+    assert!(matches!(paired, Err(HubError::AlreadyPaired)), "{paired:?}");
 }

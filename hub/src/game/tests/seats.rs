@@ -484,3 +484,140 @@ async fn a_finished_game_gives_back_its_place_under_the_cap_before_its_last_stat
         .await
         .expect("the next game fits under the cap");
 }
+
+#[actix_rt::test]
+async fn a_create_sent_again_with_its_idempotency_key_answers_with_the_same_game() {
+    // A host whose answer was lost sends the same create again: it gets the same game, a
+    // fresh token for X and a fresh code, and no second game is made or counted.
+    let mut c = config();
+    c.max_open_games = Some(1);
+    let f = open(c).await;
+    let req = |protocol: &str| CreateGame {
+        protocol: Some(protocol.into()),
+        rules: None,
+        signed: true,
+        key: None,
+    };
+    let key = Some("a-random-key-0123456789");
+    let first = f
+        .hub
+        .create_game_again(INBOX, req("pipehub:tic-tac-toe"), "p", key)
+        .await
+        .expect("created");
+    // At the cap of one, the create sent again is still answered: it makes nothing.
+    let again = f
+        .hub
+        .create_game_again(INBOX, req("pipehub:tic-tac-toe"), "p", key)
+        .await
+        .expect("the same create, answered again");
+    assert_eq!(again.game, first.game);
+    assert_ne!(again.token, first.token);
+    assert_eq!(f.hub.engine_open_games("p"), 1);
+    for token in [&first.token, &again.token] {
+        let x = seat_of(&f.hub, token).await;
+        assert_eq!((&*x.game, x.seat), (first.game.as_str(), Seat::X));
+    }
+    // The code the lost answer carried died; nobody had seen it.
+    assert_eq!(
+        pair_error(&f.hub, &first.pairing_code).await,
+        Some("code_used")
+    );
+    // The key sent with another create is refused, and changes nothing; without a key,
+    // the host makes a new game, and is at its cap.
+    let other = f
+        .hub
+        .create_game_again(INBOX, req("pipehub:connect-four"), "p", key)
+        .await
+        .expect_err("another create");
+    assert_eq!(
+        (other.status(), other.code()),
+        (422, "idempotency_key_reused")
+    );
+    let capped = f
+        .hub
+        .create_game(INBOX, req("pipehub:tic-tac-toe"), "p")
+        .await;
+    assert!(
+        matches!(capped, Err(HubError::TooManyGames(1))),
+        "{capped:?}"
+    );
+    // The game starts with the code of the last answer; a try after that is refused.
+    f.hub
+        .pair(&again.pairing_code, None, None)
+        .await
+        .expect("paired");
+    let s = f
+        .hub
+        .state(INBOX, &first.game, Viewer::Seat(Seat::X))
+        .await
+        .expect("state");
+    assert_eq!(s.phase, Phase::Started);
+    let late = f
+        .hub
+        .create_game_again(INBOX, req("pipehub:tic-tac-toe"), "p", key)
+        .await;
+    assert!(matches!(late, Err(HubError::AlreadyPaired)), "{late:?}");
+
+    // A create cancelled by its host and sent again with its key is made again, under the
+    // same id, and plays as any game.
+    let key = Some("another-random-key-0123");
+    let made = f
+        .hub
+        .create_game_again(INBOX, req("pipehub:tic-tac-toe"), "q", key)
+        .await
+        .expect("created");
+    f.hub
+        .cancel(&seat_of(&f.hub, &made.token).await)
+        .await
+        .expect("cancelled");
+    let remade = f
+        .hub
+        .create_game_again(INBOX, req("pipehub:tic-tac-toe"), "q", key)
+        .await
+        .expect("made again");
+    assert_eq!(remade.game, made.game);
+    assert!(f
+        .hub
+        .seat_for_token(&made.token)
+        .await
+        .expect("looked up")
+        .is_none());
+    f.hub
+        .pair(&remade.pairing_code, None, None)
+        .await
+        .expect("paired");
+    let x = seat_of(&f.hub, &remade.token).await;
+    let moved = f
+        .hub
+        .play(&x, serde_json::json!({"row": 0, "col": 0}))
+        .await
+        .expect("X moves");
+    assert_eq!(moved.verdict, Verdict::Accepted);
+}
+
+#[actix_rt::test]
+async fn tries_of_one_create_racing_each_other_make_one_game() {
+    // Under a cap of one, every try is answered with the one game: those that lost the
+    // race to reserve its id, or to take the cap's last place, answer as repeats.
+    let mut c = config();
+    c.max_open_games = Some(1);
+    let f = open(c).await;
+    let tries = (0..8).map(|_| {
+        let req = CreateGame {
+            protocol: None,
+            rules: None,
+            signed: false,
+            key: None,
+        };
+        f.hub
+            .create_game_again(INBOX, req, "p", Some("a-random-key-0123456789"))
+    });
+    let answers = futures_util::future::join_all(tries).await;
+    let games: std::collections::BTreeSet<_> = answers
+        .iter()
+        .map(|a| a.as_ref().map(|c| c.game.clone()).map_err(|e| e.code()))
+        .collect();
+    assert_eq!(games.len(), 1, "{games:?}");
+    assert!(games.iter().all(Result::is_ok), "{games:?}");
+    assert_eq!(f.hub.engine_open_games("p"), 1);
+}
