@@ -249,7 +249,7 @@ fn forward(
     let mut req =
         ureq::request(method, &format!("{upstream}{path}")).timeout(Duration::from_secs(20));
     for (k, v) in headers {
-        if k == "authorization" || k == "content-type" {
+        if k == "authorization" || k == "content-type" || k == "idempotency-key" {
             req = req.set(k, v);
         }
     }
@@ -565,30 +565,120 @@ fn a_move_answered_accepted_that_the_log_does_not_hold_is_a_failure() {
     );
 }
 
-/// A `game_new` whose answer is lost (the hub made the game) leaves no seat file behind:
-/// the seat's token came only in that answer, so its key could never be used.
+/// A `game_new` whose answer is lost (the hub made the game) keeps its seat file waiting:
+/// the next `game_new` of the same game sends the create again with the same
+/// `Idempotency-Key` and key, and takes the seat of the game the hub made, with no second
+/// game left stranded on the hub.
 #[test]
-fn a_new_game_whose_answer_is_lost_leaves_no_seat_behind() {
-    let (_hub, proxy, work, mut x) = agent_behind_a_proxy();
+fn a_new_game_whose_answer_is_lost_is_taken_by_the_next_game_new() {
+    let (hub, proxy, work, mut x) = agent_behind_a_proxy();
+    let state = work.path().join("x");
     proxy.lie(Lie::LoseAnswer);
     let lost = x.call("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
     assert_eq!(lost["isError"], true, "{lost}");
     assert_eq!(lost["structuredContent"]["error"], "unreachable", "{lost}");
-    assert_eq!(
-        proxy.created()["game"].as_str().map(|g| g.starts_with('g')),
-        Some(true),
-        "the hub made the game"
-    );
-    let left = mcp_support::seat_files(&work.path().join("x"));
+    let text = lost["text"].as_str().unwrap_or_default();
     assert!(
-        left.is_empty(),
-        "{:?}",
-        left.iter().map(|f| &f.record).collect::<Vec<_>>()
+        text.contains("call game_new with the same protocol"),
+        "{text}"
     );
-    // The agent plays on: the next game is made and kept.
+    assert_eq!(
+        proxy.shared.lost.load(Ordering::SeqCst),
+        3,
+        "the agent tried three times"
+    );
+    let made = proxy.created()["game"].clone();
+    assert!(
+        made.as_str().is_some_and(|g| g.starts_with('g')),
+        "the hub made the game: {made}"
+    );
+    let waiting = mcp_support::seat_files(&state);
+    assert_eq!(waiting.len(), 1, "one seat file, waiting for its answer");
+    assert!(
+        waiting[0].record["token"].is_null(),
+        "{}",
+        waiting[0].record
+    );
+
     proxy.lie(Lie::None);
+    let taken = x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    assert_eq!(taken["game"], made, "the game the lost answer was about");
+    let files = mcp_support::seat_files(&state);
+    assert_eq!(files.len(), 1);
+    assert!(files[0].record["token"].is_string(), "{}", files[0].record);
+    assert!(
+        files[0].record.get("asked").is_none(),
+        "{}",
+        files[0].record
+    );
+    let listed = pipehub_tests::Client::new().get(&hub.url("/v1/inboxes/default/games"));
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let games = listed.json()["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(games.len(), 1, "no second game: {}", listed.body);
+    // The game is the agent's to play: a guest joins and it starts with the agent's key.
+    pair(&hub, &taken["pairingCode"]);
+    let game = made.as_str().expect("an id");
+    assert_eq!(x.wait_turn(game)["yourTurn"], true);
+    // Another game is a new one.
     x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
-    assert_eq!(mcp_support::seat_files(&work.path().join("x")).len(), 1);
+    assert_eq!(mcp_support::seat_files(&state).len(), 2);
+}
+
+/// A `game_join` whose answer is lost (the hub seated O) keeps its seat file waiting: the
+/// next `game_join` with the same code pairs again with the same key and takes O's seat,
+/// where a fresh key would hear that the code is used.
+#[test]
+fn a_join_whose_answer_is_lost_is_taken_by_the_next_game_join() {
+    let (hub, proxy, work, mut o) = agent_behind_a_proxy();
+    let state = work.path().join("x");
+    let made = pipehub_tests::Client::new().post(
+        &hub.url("/v1/inboxes/default/games"),
+        None,
+        &json!({"protocol": "pipehub:tic-tac-toe"}),
+    );
+    assert_eq!(made.status, 201, "{}", made.body);
+    let made = made.json();
+    let game = made["game"].as_str().expect("an id").to_string();
+    proxy.lie(Lie::LoseAnswer);
+    let lost = o.call("game_join", json!({"code": made["pairingCode"]}));
+    assert_eq!(lost["structuredContent"]["error"], "unreachable", "{lost}");
+    let text = lost["text"].as_str().unwrap_or_default();
+    assert!(text.contains("call game_join with the same code"), "{text}");
+    let seen =
+        pipehub_tests::Client::new().get(&hub.url(&format!("/v1/inboxes/default/games/{game}")));
+    assert_eq!(
+        seen.json()["phase"],
+        "started",
+        "the hub seated O: {}",
+        seen.body
+    );
+    assert_eq!(mcp_support::seat_files(&state).len(), 1);
+
+    proxy.lie(Lie::None);
+    // As the person typed it again: lower case, with a hyphen.
+    let code = made["pairingCode"]
+        .as_str()
+        .expect("a code")
+        .to_ascii_lowercase();
+    let typed = format!("{}-{}", &code[..4], &code[4..]);
+    let taken = o.ok("game_join", json!({"code": typed}));
+    assert_eq!(taken["game"], game.as_str(), "{taken}");
+    assert_eq!(taken["seat"], "O", "{taken}");
+    let files = mcp_support::seat_files(&state);
+    assert_eq!(files.len(), 1);
+    assert!(files[0].record["token"].is_string(), "{}", files[0].record);
+    // The seat is O's: X moves on the hub, and the agent is told it is its turn.
+    let x_token = made["token"].as_str().expect("X's token");
+    let moved = pipehub_tests::Client::new().post(
+        &hub.url(&format!("/v1/inboxes/default/games/{game}/moves")),
+        Some(x_token),
+        &json!({"move": {"row": 1, "col": 1}}),
+    );
+    assert_eq!(moved.status, 201, "{}", moved.body);
+    assert_eq!(o.wait_turn(&game)["yourTurn"], true);
 }
 
 /// `game_wait` against a hub that hangs (not down) ends within the wait asked for, as an

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::client::{HubClient, Seated};
 use super::seat::{is_custodial, Ctx, SeatHandle, Snapshot};
-use super::store::{SeatRecord, Store};
+use super::store::{SeatRecord, Store, ASKED_KEEP};
 use super::{state, watch, AgentError, Config};
 use crate::game::custody;
 
@@ -61,6 +61,10 @@ pub struct Agent {
     watchers: Mutex<HashMap<String, JoinHandle<()>>>,
     /// Seat files found at start that could not be read: `game_list` names them.
     damaged: Vec<String>,
+    /// Held by a `game_new` or `game_join` from its look for a waiting seat until the
+    /// seat is saved with its token: two calls at once must not both send one waiting
+    /// seat's request.
+    asking: tokio::sync::Mutex<()>,
 }
 
 impl Drop for Agent {
@@ -90,6 +94,7 @@ impl Agent {
             seats: Mutex::new(HashMap::new()),
             watchers: Mutex::new(HashMap::new()),
             damaged,
+            asking: tokio::sync::Mutex::new(()),
         });
         for record in records {
             agent.adopt(record);
@@ -162,21 +167,38 @@ impl Agent {
             )));
         };
         let protocol = p.refs()[0].to_string();
-        let mut record = SeatRecord::mint(
-            self.ctx.client.base(),
-            &self.inbox,
-            Seat::X,
-            Some(protocol.clone()),
-        );
         // Kept even when empty (the protocol's defaults): a record without rules is one
         // made before rules were kept, whose rules the agent cannot check.
-        record.rules = Some(rules.clone().unwrap_or_default());
+        let asked_rules = Some(rules.clone().unwrap_or_default());
+        // A create of the same game whose answer was lost is sent again, as it was, so
+        // that the hub answers with the game it made instead of making a second.
+        let _asking = self.asking.lock().await;
+        let waiting = self.pending(|r| {
+            r.seat() == Some(Seat::X)
+                && r.protocol.as_deref() == Some(protocol.as_str())
+                && r.rules == asked_rules
+        })?;
+        let mut record = match waiting {
+            Some(record) => record,
+            None => {
+                let mut record = SeatRecord::mint(
+                    self.ctx.client.base(),
+                    &self.inbox,
+                    Seat::X,
+                    Some(protocol.clone()),
+                );
+                record.rules = asked_rules;
+                record.ask(None);
+                self.ctx.store.save(&record)?;
+                record
+            }
+        };
         let key = record.public_key().unwrap_or_default();
-        self.ctx.store.save(&record)?;
+        let repeat_key = asked_key(&record);
         let seated = self
             .ctx
             .client
-            .create_game(&self.inbox, &protocol, rules, &key)
+            .create_game(&self.inbox, &protocol, rules, &key, &repeat_key)
             .await;
         let seated = self.forget_if_unmade(&record, seated)?;
         let code = seated.pairing_code.clone();
@@ -205,10 +227,31 @@ impl Agent {
 opponent's person instead"
             )));
         }
-        let record = SeatRecord::mint(self.ctx.client.base(), &self.inbox, Seat::O, None);
+        // A pair with this code whose answer was lost is sent again, with the same seat key
+        // and `Idempotency-Key`: the hub then seats this agent again, where a new key
+        // would hear that the code is used.
+        let normal = crate::game::seats::normalize_code(code.trim());
+        let _asking = self.asking.lock().await;
+        let waiting = self.pending(|r| {
+            let asked = r.asked.as_ref().and_then(|a| a.code.as_ref());
+            r.seat() == Some(Seat::O) && normal.is_some() && asked == normal.as_ref()
+        })?;
+        let record = match waiting {
+            Some(record) => record,
+            None => {
+                let mut record =
+                    SeatRecord::mint(self.ctx.client.base(), &self.inbox, Seat::O, None);
+                record.ask(normal.as_deref());
+                self.ctx.store.save(&record)?;
+                record
+            }
+        };
         let key = record.public_key().unwrap_or_default();
-        self.ctx.store.save(&record)?;
-        let seated = self.ctx.client.pair(code.trim(), &key).await;
+        let seated = self
+            .ctx
+            .client
+            .pair(code.trim(), &key, &asked_key(&record))
+            .await;
         let seated = self.forget_if_unmade(&record, seated)?;
         if let Ok(held) = self.seat(&seated.game) {
             self.ctx.store.remove(&record)?;
@@ -238,20 +281,61 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         None
     }
 
-    /// A seat that was not made is forgotten, its file and key with it: refused by the hub,
-    /// or with its answer lost (a pair only once it was sent again and lost each time:
-    /// [`HubClient::pair`]). The hub may have seated the key before an answer was lost,
-    /// but the seat's token comes only in an answer, so this agent could never act for it
-    /// (a file kept for it was an unused key on disk, and nothing more).
+    /// A seat the hub refused to make is forgotten, its file and key with it. One whose
+    /// answer was lost (a create or pair only once it was sent again and lost each time:
+    /// [`HubClient::pair`]) is kept, waiting: the hub may have made it, and its token comes
+    /// only in an answer, which the person's next `game_new` of the same game or
+    /// `game_join` with the same code asks for again ([`Agent::pending`]). The error says
+    /// so.
     fn forget_if_unmade(
         &self,
         record: &SeatRecord,
         seated: Result<Seated, AgentError>,
     ) -> Result<Seated, AgentError> {
-        if seated.is_err() {
-            self.ctx.store.remove(record)?;
+        let again = if record.seat() == Some(Seat::O) {
+            "game_join with the same code"
+        } else {
+            "game_new with the same protocol and rules"
+        };
+        let hint = format!(
+            "the hub may have seated this agent all the same: call {again} within {} minutes to take that seat",
+            ASKED_KEEP.as_secs() / 60
+        );
+        match seated {
+            Ok(seated) => Ok(seated),
+            Err(AgentError::Transport(why)) => Err(AgentError::Transport(format!("{why}; {hint}"))),
+            Err(AgentError::Hub {
+                status,
+                code,
+                detail,
+                retry_after,
+            }) if status >= 500 => Err(AgentError::Hub {
+                status,
+                code,
+                detail: Some(match detail {
+                    Some(detail) => format!("{detail}; {hint}"),
+                    None => hint,
+                }),
+                retry_after,
+            }),
+            Err(e) => {
+                self.ctx.store.remove(record)?;
+                Err(e)
+            }
         }
-        seated
+    }
+
+    /// The first seat of this agent's inbox still waiting for the answer to the create or
+    /// pair that is to make it that `wanted` picks ([`SeatRecord::asked`]).
+    fn pending(
+        &self,
+        wanted: impl Fn(&SeatRecord) -> bool,
+    ) -> Result<Option<SeatRecord>, AgentError> {
+        let pending = self
+            .ctx
+            .store
+            .pending(self.ctx.client.base(), &self.inbox)?;
+        Ok(pending.into_iter().find(|r| wanted(r)))
     }
 
     /// Completes a record with the hub's answer, saves it, and starts watching the seat.
@@ -259,6 +343,7 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         record.inbox = seated.inbox;
         record.game = Some(seated.game);
         record.token = Some(seated.token);
+        record.asked = None;
         self.ctx.store.save(&record)?;
         let handle = self
             .adopt(record)
@@ -580,4 +665,13 @@ fn refereed(answer: &super::client::PostAnswer) -> Result<Option<String>, AgentE
             "The hub answered {other}: the referee has not judged the event yet."
         ))),
     }
+}
+
+/// The `Idempotency-Key` of the request that is to make `record`'s seat.
+fn asked_key(record: &SeatRecord) -> String {
+    record
+        .asked
+        .as_ref()
+        .map(|a| a.idempotency_key.clone())
+        .unwrap_or_else(crate::game::seats::new_token)
 }

@@ -20,8 +20,8 @@ use crate::client::{retry_after, seg, HubUrl};
 
 /// How long any one request may take. A post waits up to 5 s for its verdict at the hub.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
-/// The pauses before each new try of a pair whose answer was lost.
-const PAIR_RETRY_PAUSES: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
+/// The pauses before each new try of a create or a pair whose answer was lost.
+const REPEAT_PAUSES: [Duration; 2] = [Duration::from_millis(250), Duration::from_secs(1)];
 /// The hub's largest page of captures.
 const PAGE: usize = 1000;
 /// Bounds on one listing of a game's captures. A hub that keeps handing out cursors would
@@ -107,37 +107,56 @@ impl HubClient {
         self.base.ws()
     }
 
-    /// Creates a seated, signed game with X's public key.
+    /// Creates a seated, signed game with X's public key, sent with the `Idempotency-Key`
+    /// `repeat_key` and sent again like a pair ([`HubClient::pair`]): if the first try made
+    /// the game, the hub answers with that game rather than make a second.
     pub async fn create_game(
         &self,
         inbox: &str,
         protocol: &str,
         rules: Option<Map<String, Value>>,
         key: &str,
+        repeat_key: &str,
     ) -> Result<Seated, AgentError> {
         let mut body = json!({"protocol": protocol, "signed": true, "key": key});
         if let Some(rules) = rules {
             body["rules"] = Value::Object(rules);
         }
         let url = format!("{}/v1/inboxes/{}/games", self.base, seg(inbox));
-        self.json(Method::POST, &url, None, Some(body)).await
+        self.repeatable(&url, &body, repeat_key).await
     }
 
     /// Redeems a pairing code with O's public key. A pair whose answer is lost (the hub
     /// unreachable mid-request, or failing with a 5xx) is sent again, a few times, with
-    /// the same `Idempotency-Key`: if the first one seated O, the hub answers the same pair
-    /// again rather than that the code is used, and the seat is not lost with the answer.
-    pub async fn pair(&self, code: &str, key: &str) -> Result<Seated, AgentError> {
+    /// the same `Idempotency-Key` (`repeat_key`): if the first one seated O, the hub
+    /// answers the same pair again rather than that the code is used, and the seat is not
+    /// lost with the answer.
+    pub async fn pair(
+        &self,
+        code: &str,
+        key: &str,
+        repeat_key: &str,
+    ) -> Result<Seated, AgentError> {
         let url = format!("{}/v1/pair", self.base);
-        let body = json!({"code": code, "key": key});
-        let repeat_key = crate::game::seats::new_token();
-        let mut pauses = PAIR_RETRY_PAUSES.iter();
+        self.repeatable(&url, &json!({"code": code, "key": key}), repeat_key)
+            .await
+    }
+
+    /// Posts `body` with the `Idempotency-Key` `repeat_key`, and again after each of
+    /// [`REPEAT_PAUSES`] while its answer is lost.
+    async fn repeatable<T: for<'de> Deserialize<'de>>(
+        &self,
+        url: &str,
+        body: &Value,
+        repeat_key: &str,
+    ) -> Result<T, AgentError> {
+        let mut pauses = REPEAT_PAUSES.iter();
         loop {
             let req = self
                 .http
-                .post(&url)
-                .header("Idempotency-Key", &repeat_key)
-                .json(&body);
+                .post(url)
+                .header("Idempotency-Key", repeat_key)
+                .json(body);
             match self.answered(req).await {
                 Err(e) if e.answer_lost() => match pauses.next() {
                     Some(pause) => tokio::time::sleep(*pause).await,
@@ -453,12 +472,12 @@ mod tests {
         });
         let client = HubClient::new(&base).expect("a client");
         let seated = client
-            .pair("ABCD2345", "ab")
+            .pair("ABCD2345", "ab", "a-random-key-0123456789")
             .await
             .expect("seated on the second try");
         assert_eq!((seated.game.as_str(), seated.token.as_str()), ("g1", "t"));
         let keys = hub.await.expect("the hub's side");
-        assert!(keys[0].as_ref().is_some_and(|k| k.len() >= 16), "{keys:?}");
-        assert_eq!(keys[0], keys[1], "one key for both tries");
+        let sent = Some("a-random-key-0123456789".to_string());
+        assert_eq!(keys, [sent.clone(), sent], "one key for both tries");
     }
 }

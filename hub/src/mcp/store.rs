@@ -7,7 +7,9 @@
 //! for every seat, the newest event the agent signed and the newest head it verified
 //! ([`super::verify`] holds later logs to them). The key is written **before** the agent posts its public key,
 //! so a crash between the post and the answer loses a token, never a key that signs a
-//! registered game; the token is added as soon as the hub answers. Files are written
+//! registered game; the token is added as soon as the hub answers. A seat whose answer
+//! never came waits, with its request's `Idempotency-Key`, for the person's next call of
+//! the same create or pair to send it again ([`SeatRecord::asked`], [`Store::pending`]). Files are written
 //! whole (a temporary file, then a rename) with mode 0600 in a directory of mode 0700.
 //!
 //! The file name comes from the seat's public key, which is known before the post and
@@ -74,7 +76,33 @@ pub struct SeatRecord {
     /// until the verified head passes their seq.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub withdrawn: Vec<Mark>,
+    /// The create or pair that is to make this seat, while no answer to it has come (and
+    /// with the answer, the seat's token): kept so that the person's next `game_new` of the
+    /// same protocol and rules, or `game_join` with the same code, sends it again with the
+    /// same `Idempotency-Key` and seat key, and the hub answers with the seat its first
+    /// try made instead of making a second game or refusing a spent code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<Asked>,
 }
+
+/// A create or a pair sent and not yet answered ([`SeatRecord::asked`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Asked {
+    /// The request's `Idempotency-Key`: random, for this seat alone.
+    pub idempotency_key: String,
+    /// The pairing code a pair redeems (O), as the hub reads it (upper case, no hyphen);
+    /// `None` for a create, or a code that cannot be one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// When the request was first sent, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// How long a request whose answer was lost may be sent again: a hub answers a repeat for
+/// ten minutes after the create or pair (`CREATE_REPEAT`, `PAIR_REPEAT`). A seat file
+/// still waiting for its answer after that is removed ([`Store::pending`]).
+pub const ASKED_KEEP: std::time::Duration = crate::game::seats::CREATE_REPEAT;
 
 /// One accepted event of a game: its seq and hash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,7 +156,18 @@ impl SeatRecord {
             signed: None,
             verified: None,
             withdrawn: Vec::new(),
+            asked: None,
         }
+    }
+
+    /// Marks the record as the seat a request sent now, with a fresh `Idempotency-Key`,
+    /// is to make (`code`: the pairing code of a pair).
+    pub fn ask(&mut self, code: Option<&str>) {
+        self.asked = Some(Asked {
+            idempotency_key: crate::game::seats::new_token(),
+            code: code.map(str::to_string),
+            at_ms: crate::clock::now_ms(),
+        });
     }
 
     pub fn seat(&self) -> Option<Seat> {
@@ -233,25 +272,42 @@ impl Store {
         }
     }
 
-    /// Every complete seat (game and token known) of the hub `hub`.
-    /// Also returns the names of the seat files it could not read (damaged, cut short):
-    /// their games cannot be played from here, and the person should hear of it.
-    pub fn load(&self, hub: &str) -> std::io::Result<(Vec<SeatRecord>, Vec<String>)> {
-        let mut seats = Vec::new();
-        let mut damaged = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let path = entry?.path();
-            let is_seat = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("seat-") && n.ends_with(".json"));
-            if !is_seat {
+    /// The seats of `hub`'s inbox `inbox` still waiting for the answer to the create or
+    /// pair that is to make them ([`SeatRecord::asked`]). Those older than [`ASKED_KEEP`],
+    /// which a hub no longer answers, are removed: their token can never come, so their
+    /// key could never act.
+    pub fn pending(&self, hub: &str, inbox: &str) -> std::io::Result<Vec<SeatRecord>> {
+        let now = crate::clock::now_ms();
+        let mut pending = Vec::new();
+        for record in self.records()?.into_iter().flatten() {
+            let Some(asked) = record.asked.as_ref() else {
+                continue;
+            };
+            if record.token.is_some() || record.hub != hub || record.inbox != inbox {
                 continue;
             }
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            if now.saturating_sub(asked.at_ms) > ASKED_KEEP.as_millis() as u64 {
+                self.remove(&record)?;
+            } else {
+                pending.push(record);
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Every seat file, read: `Err` with its name for one that cannot be (damaged, cut
+    /// short, or holding a key its name does not come from).
+    fn records(&self) -> std::io::Result<Vec<Result<SeatRecord, String>>> {
+        let mut records = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let path = entry?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if !(name.starts_with("seat-") && name.ends_with(".json")) {
+                continue;
+            }
+            let name = name.to_string();
             let read = fs::read(&path)
                 .ok()
                 .and_then(|text| serde_json::from_slice::<SeatRecord>(&text).ok())
@@ -259,11 +315,23 @@ impl Store {
                 // byte that is still hex) no longer matches it, and would otherwise sign
                 // events the hub refuses, blamed on the hub.
                 .filter(|r| r.signing_key().is_some() && r.file_name() == name);
+            records.push(read.ok_or(name));
+        }
+        Ok(records)
+    }
+
+    /// Every complete seat (game and token known) of the hub `hub`.
+    /// Also returns the names of the seat files it could not read (damaged, cut short):
+    /// their games cannot be played from here, and the person should hear of it.
+    pub fn load(&self, hub: &str) -> std::io::Result<(Vec<SeatRecord>, Vec<String>)> {
+        let mut seats = Vec::new();
+        let mut damaged = Vec::new();
+        for read in self.records()? {
             match read {
-                Some(r) if r.hub == hub && r.game.is_some() && r.token.is_some() => seats.push(r),
-                Some(_) => {}
-                None => {
-                    tracing::warn!(file = %path.display(), "an unreadable seat file");
+                Ok(r) if r.hub == hub && r.game.is_some() && r.token.is_some() => seats.push(r),
+                Ok(_) => {}
+                Err(name) => {
+                    tracing::warn!(file = %self.dir.join(&name).display(), "an unreadable seat file");
                     damaged.push(name);
                 }
             }
@@ -312,6 +380,7 @@ fn lock_file(path: &Path) -> std::io::Result<fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn one_agent_at_a_time_holds_a_state_directory() {
@@ -343,6 +412,46 @@ mod tests {
         let fresh = tmp.path().join("fresh");
         Store::open(&fresh).expect("opens");
         assert_eq!(mode(&fresh), 0o700);
+    }
+
+    #[test]
+    fn seats_waiting_for_an_answer_are_listed_until_a_hub_would_no_longer_give_it() {
+        let tmp = tempfile::tempdir().expect("a temporary directory");
+        let store = Store::open(tmp.path()).expect("opens");
+        let waiting = |hub: &str, inbox: &str, age: Duration| {
+            let mut r = SeatRecord::mint(hub, inbox, Seat::O, None);
+            r.ask(Some("ABCD2345"));
+            if let Some(asked) = r.asked.as_mut() {
+                asked.at_ms -= age.as_millis() as u64;
+            }
+            store.save(&r).expect("saves");
+            r
+        };
+        let minute = Duration::from_secs(60);
+        let fresh = waiting("http://h", "lobby", minute);
+        let old = waiting("http://h", "lobby", ASKED_KEEP + minute);
+        waiting("http://other", "lobby", minute);
+        waiting("http://h", "elsewhere", minute);
+        let mut answered = waiting("http://h", "lobby", minute);
+        answered.game = Some("g1".into());
+        answered.token = Some("t".into());
+        store.save(&answered).expect("saves");
+        let mut unasked = SeatRecord::mint("http://h", "lobby", Seat::X, None);
+        unasked.asked = None;
+        store.save(&unasked).expect("saves");
+
+        let pending = store.pending("http://h", "lobby").expect("lists");
+        let keys: Vec<_> = pending.iter().map(SeatRecord::public_key).collect();
+        assert_eq!(keys, [fresh.public_key()]);
+        assert_ne!(
+            fresh.asked.as_ref().map(|a| &a.idempotency_key),
+            answered.asked.as_ref().map(|a| &a.idempotency_key),
+            "a key per request"
+        );
+        // One a hub would no longer answer is gone, file and key; the others stay.
+        assert!(!store.dir().join(old.file_name()).exists());
+        assert!(store.dir().join(unasked.file_name()).exists());
+        assert_eq!(fs::read_dir(store.dir()).expect("a directory").count(), 5);
     }
 
     #[test]
