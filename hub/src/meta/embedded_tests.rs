@@ -736,9 +736,10 @@ async fn a_torn_last_batch_is_cut_and_every_acknowledged_change_stays() {
         let long = Bytes::from(vec![b'x'; 2000]);
         meta.put("long", long).await.expect("put");
     }
-    // The crash came during that batch's fsync: the disk took its first sector and not
-    // its second.
+    // The crash came during that batch's fsync, before the close: the disk took its first
+    // sector and not its second.
     let mut data = std::fs::read(&segment).expect("read");
+    log::unclosed(&mut data);
     let lost = (synced as usize / 512 + 1) * 512;
     data[lost..lost + 512].fill(0);
     std::fs::write(&segment, &data).expect("write");
@@ -746,6 +747,39 @@ async fn a_torn_last_batch_is_cut_and_every_acknowledged_change_stays() {
     assert_eq!(meta.scan("k/").await.expect("scan").len(), 50);
     assert_eq!(meta.get("long").await.expect("get"), None);
     assert_eq!(std::fs::metadata(&segment).expect("metadata").len(), synced);
+}
+
+#[tokio::test]
+async fn a_zeroed_sector_in_the_last_batch_of_a_store_closed_in_good_order_is_refused() {
+    // Its close ends the log with a mark that records the last batch as synced: no crash
+    // can have torn it, so zeros there are damage, and the acknowledged change in them
+    // is not cut away unseen.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let segment = dir.path().join("meta-00000000.log");
+    {
+        let meta = EmbeddedMeta::open(dir.path()).expect("open");
+        meta.put("k", b("v")).await.expect("put");
+        meta.put("long", Bytes::from(vec![b'x'; 2000]))
+            .await
+            .expect("put");
+    }
+    let mut data = std::fs::read(&segment).expect("read");
+    let end = data.len() - 2 * log::MARK_BYTES;
+    let zeroed = (end - 1024) / 512 * 512;
+    data[zeroed..zeroed + 512].fill(0);
+    std::fs::write(&segment, &data).expect("write");
+    let Err(refused) = EmbeddedMeta::open(dir.path()) else {
+        panic!("the zeroed sector was cut as a torn write");
+    };
+    assert!(
+        refused.to_string().contains("records as synced"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read(&segment).expect("read"),
+        data,
+        "the log was changed"
+    );
 }
 
 #[tokio::test]

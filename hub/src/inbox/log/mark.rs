@@ -18,7 +18,9 @@
 //! or by design, is not taken for one unless it also names the very offset it lies at.
 //!
 //! What it deliberately does not do: vouch for the batch it ends (a batch is synced after
-//! its mark is written, so only a later mark can say it was), or span segments: an older
+//! its mark is written, so only a later mark can say it was: a log closed in good order
+//! ends with a mark alone for that, [`SegmentLog::close`](super::SegmentLog::close)), or
+//! span segments: an older
 //! segment was synced whole before the next one was made, and any damage in it is refused.
 
 use std::fs::File;

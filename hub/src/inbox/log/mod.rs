@@ -199,6 +199,13 @@ pub struct SegmentLog {
     /// How much of the active segment an fsync that returned has made durable: what the
     /// next batch's mark records.
     synced: u64,
+    /// How much of the active segment a mark written since the log was opened records as
+    /// synced; where the log was opened, nothing since (what was there is not this
+    /// process's to vouch for).
+    vouched: u64,
+    /// Whether a write or an fsync failed since the log was opened: its close then adds no
+    /// mark, which would vouch for what the disk may not hold.
+    failed: bool,
 }
 
 /// Appends one frame holding whatever `payload` writes into `out`.
@@ -244,6 +251,16 @@ pub(crate) fn frames_and_marks(data: &[u8]) -> Vec<(usize, bool)> {
         at += HEADER + (word & !(1 << 31)) as usize;
     }
     frames
+}
+
+/// A segment's bytes as a crash just before its log's close would have left them: without
+/// the mark alone that [`SegmentLog::close`] ends a log with (for tests that tear the last
+/// batch, which a close vouches for).
+#[cfg(test)]
+pub(crate) fn unclosed(data: &mut Vec<u8>) {
+    if let [.., (_, true), (last, true)] = frames_and_marks(data)[..] {
+        data.truncate(last);
+    }
 }
 
 /// Damages a segment's bytes early on, as no crash can: a zeroed 512-byte sector at
@@ -470,6 +487,8 @@ impl SegmentLog {
             active_len,
             allocated: active_len,
             synced: active_len,
+            vouched: active_len,
+            failed: false,
         };
         Ok((log, replayed))
     }
@@ -505,6 +524,7 @@ impl SegmentLog {
             self.active_len = 0;
             self.allocated = 0;
             self.synced = 0;
+            self.vouched = 0;
         }
         Ok((self.active_index, self.active_len))
     }
@@ -550,10 +570,36 @@ impl SegmentLog {
     pub fn write_batch(&mut self, buf: &mut Vec<u8>, sync: bool) -> Result<(), StoreError> {
         let at = self.active_len;
         let frames = buf.len();
-        mark::write(buf, self.synced, at + frames as u64);
+        let recorded = self.synced;
+        mark::write(buf, recorded, at + frames as u64);
         let written = self.write_at(buf, at, sync);
         buf.truncate(frames);
+        if written.is_ok() {
+            self.vouched = recorded;
+        }
         written
+    }
+
+    /// Ends the log in good order. A batch's mark vouches only for what was synced before
+    /// it, so the last batch written would have no mark after it saying that it was
+    /// synced, and damage in it (a sector of zeros) would read at the next open as a write
+    /// a crash cut short, and be cut with the acknowledged records it holds. So when this
+    /// process wrote batches no mark vouches for, they are synced and a mark alone, which
+    /// records them, is written and synced after them. Nothing is added to a log that
+    /// failed a write or an fsync, that took no batch since it was opened, or whose last
+    /// batch holds nothing but its mark (an explicit sync's: the inbox writes one as the
+    /// hub stops, and it vouches for all before it).
+    pub fn close(&mut self) -> Result<(), StoreError> {
+        if self.failed || self.active_len <= self.vouched + MARK_BYTES as u64 {
+            return Ok(());
+        }
+        self.sync()?;
+        let mut closing = Vec::with_capacity(MARK_BYTES);
+        mark::write(&mut closing, self.synced, self.active_len);
+        let at = self.active_len;
+        self.write_at(&closing, at, true)?;
+        self.vouched = at;
+        Ok(())
     }
 
     /// Writes `batch`, its mark included, at `at`; what the log has synced moves on only
@@ -576,6 +622,7 @@ impl SegmentLog {
                 Ok(())
             }
             Err(e) => {
+                self.failed = true;
                 let _ = self.active.set_len(at);
                 self.allocated = at;
                 Err(e.into())
@@ -585,7 +632,10 @@ impl SegmentLog {
 
     /// Makes everything written so far durable.
     pub fn sync(&mut self) -> Result<(), StoreError> {
-        self.active.sync_data()?;
+        if let Err(e) = self.active.sync_data() {
+            self.failed = true;
+            return Err(e.into());
+        }
         self.synced = self.active_len;
         Ok(())
     }
@@ -627,8 +677,12 @@ impl SegmentLog {
 }
 
 impl Drop for SegmentLog {
-    /// A log closed in good order leaves each segment exactly as long as its frames.
+    /// A log closed in good order ends in a mark that vouches for its last batch
+    /// ([`SegmentLog::close`]), and leaves each segment exactly as long as its frames.
     fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::warn!(error = %e, "could not end a log with a mark of its last batch; the next open reads that batch as unvouched");
+        }
         if let Err(e) = self.cut_allocation() {
             tracing::warn!(error = %e, "could not cut a log's space allocated ahead; the next open will");
         }
@@ -692,9 +746,10 @@ mod tests {
         log.reserve(buf.len()).expect("reserve");
         log.write_batch(&mut buf, true).expect("write");
         assert_eq!(len_of(&path), AHEAD_MIN, "allocated ahead of the data");
-        // Closed in good order: exactly the frames and the batch's mark.
+        // Closed in good order: exactly the frames, the batch's mark and the mark alone
+        // that vouches for the batch.
         drop(log);
-        assert_eq!(len_of(&path), (buf.len() + MARK_BYTES) as u64);
+        assert_eq!(len_of(&path), (buf.len() + 2 * MARK_BYTES) as u64);
 
         // A crash leaves the zeros; open cuts them without calling them torn.
         let (mut log, replayed, seen) = collect(dir.path(), 1 << 30);
@@ -710,7 +765,7 @@ mod tests {
         assert_eq!(seen.len(), 3);
         assert_eq!(
             len_of(&path),
-            (buf.len() + more.len() + 2 * MARK_BYTES) as u64
+            (buf.len() + more.len() + 3 * MARK_BYTES) as u64
         );
 
         // A torn batch inside the allocated space is still a torn tail, however many
@@ -921,6 +976,8 @@ mod tests {
             drop(log);
             let path = segment_path(dir.path(), "t", 0);
             let mut data = fs::read(&path).expect("read");
+            // As a crash before the close would leave it: no mark vouches for the batch.
+            unclosed(&mut data);
             let at = 100 * (HEADER + 4000) + 1024;
             if zeros {
                 data[at..at + 512].fill(0);
@@ -948,9 +1005,12 @@ mod tests {
         let mut buf = batch(&[b"keep", &[3u8; 1500]]);
         log.write_batch(&mut buf, true).expect("write");
         drop(log);
-        // The crash wrote the second frame's first and third sectors, not its second.
+        // The crash, before the close, wrote the second frame's first and third sectors,
+        // not its second.
         let path = segment_path(dir.path(), "t", 0);
         let mut data = fs::read(&path).expect("read");
+        let closed = data.clone();
+        unclosed(&mut data);
         data[512..1024].fill(0);
         fs::write(&path, &data).expect("write");
         let (_, replayed, seen) = collect(dir.path(), 1 << 20);
@@ -960,6 +1020,14 @@ mod tests {
         assert_eq!(replayed.truncated, (data_end - HEADER - 4) as u64);
         assert!(data_end > HEADER + 4 + HEADER + 1500);
         assert_eq!(len_of(&path), (HEADER + 4) as u64);
+
+        // The same sector zeroed in a log closed in good order is damage: the close's mark
+        // records the batch as synced, so no crash can have torn it.
+        let mut data = closed;
+        data[512..1024].fill(0);
+        fs::write(&path, &data).expect("write");
+        let why = refused(dir.path(), "a zeroed sector of a batch a close vouched for");
+        assert!(why.contains("records as synced"), "{why}");
     }
 
     /// What opening the log `t` in `dir` refuses with, or a panic naming `what` when it
