@@ -167,6 +167,19 @@ impl Agent {
             )));
         };
         let protocol = p.refs()[0].to_string();
+        // Rules the hub would refuse are refused here, before a seat is made: a create that
+        // cannot be made is nothing to send again, and rules of any shape (nested deeper
+        // than a JSON reader follows, say) would be kept in a seat file waiting for it.
+        if let Some(given) = &rules {
+            let reserved = ["keys", "inboxes"]
+                .into_iter()
+                .find(|k| given.contains_key(*k));
+            let checked = match reserved {
+                Some(k) => Err(format!("{k} is the hub's to set")),
+                None => p.rules(given).map(|_| ()).map_err(|e| e.to_string()),
+            };
+            checked.map_err(AgentError::Rules)?;
+        }
         // Kept even when empty (the protocol's defaults): a record without rules is one
         // made before rules were kept, whose rules the agent cannot check.
         let asked_rules = Some(rules.clone().unwrap_or_default());

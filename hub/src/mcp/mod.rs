@@ -72,6 +72,10 @@ pub enum AgentError {
     /// The request makes no sense for this seat or game.
     #[error("{0}")]
     Usage(String),
+    /// Rules for a new game that its protocol refuses (the hub would answer `bad_rules`),
+    /// refused before a seat is made for it.
+    #[error("the rules are refused: {0}")]
+    Rules(String),
     /// The referee rejected an event this agent wrote.
     #[error("the move was rejected: {reason}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
     Rejected {
@@ -94,6 +98,7 @@ impl AgentError {
             AgentError::Transport(_) => "unreachable",
             AgentError::Verification(_) => "verification_failed",
             AgentError::Usage(_) => "usage",
+            AgentError::Rules(_) => "bad_rules",
             AgentError::Rejected { reason, .. } => reason,
             AgentError::Store(_) => "state_dir",
             AgentError::Client(_) => "client",

@@ -270,9 +270,10 @@ fn check(name: &str, args: &Map<String, Value>, result: &Value, secrets: &[Strin
         return;
     }
     let code = result["structuredContent"]["error"].as_str().unwrap_or("");
-    // Without a hub, a call is refused for its arguments, or fails to reach the hub.
+    // Without a hub, a call is refused for its arguments (a new game's rules as the hub
+    // would refuse them), or fails to reach the hub.
     assert!(
-        matches!(code, "usage" | "unreachable"),
+        matches!(code, "usage" | "bad_rules" | "unreachable"),
         "{name} {args:?}: code {code:?} in {text}"
     );
     let detail = result["structuredContent"]["detail"].as_str().unwrap_or("");
@@ -353,12 +354,28 @@ fn any_arguments_get_a_result_with_a_reason_no_secret_and_no_file_outside_the_se
             let result = runtime.block_on(tools.call(&name, &args));
             let result = serde_json::to_value(&result).expect("a result is JSON");
             check(&name, &args, &result, &secrets);
+            let after = settled(root.path());
+            // What a file that should not be there holds (its key left out), and what the
+            // call answered: enough to tell why it stayed.
+            let extra: Vec<String> = after
+                .difference(&before)
+                .map(|path| {
+                    let text = std::fs::read(root.path().join(path)).unwrap_or_default();
+                    let mut record: Value = serde_json::from_slice(&text).unwrap_or(Value::Null);
+                    if let Some(r) = record.as_object_mut() {
+                        r.remove("key");
+                    }
+                    format!("{}: {record}", path.display())
+                })
+                .collect();
             prop_assert_eq!(
-                &settled(root.path()),
+                &after,
                 &before,
-                "files after {} {:?}",
+                "files after {} {:?}: {:?}, answered {}",
                 name,
-                args
+                args,
+                extra,
+                result
             );
             Ok(())
         })
@@ -402,4 +419,67 @@ fn a_tool_name_no_tool_has_is_not_written_to_the_log() {
     assert!(!text.contains(&long[..100]), "the long name was logged");
     assert!(text.contains("(no such tool)"), "{text}");
     assert!(text.contains("tool=game_board"), "{text}");
+}
+
+#[test]
+fn rules_the_protocol_refuses_leave_no_seat_and_a_waiting_seat_reads_back() {
+    // A create that cannot be made leaves no seat file, whatever its rules hold: one with
+    // arrays nested 200 deep was kept waiting (its answer lost) where no JSON reader would
+    // read it back, and the agent later named it a damaged seat.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let state = root.path().join("state");
+    let config = Config {
+        hub: runtime.block_on(closed_hub()),
+        inbox: "default".into(),
+        state_dir: state.clone(),
+    };
+    let tools = Tools {
+        agent: runtime
+            .block_on(Agent::open(config))
+            .expect("the agent opens"),
+    };
+    let before = tree(root.path());
+    let mut deep = json!({"col": 0});
+    for _ in 0..200 {
+        deep = json!([deep]);
+    }
+    for rules in [
+        json!({"rows": deep}),
+        json!({"nosuchrule": 1}),
+        json!({"inboxes": ["default"]}),
+        json!({"rows": 0}),
+    ] {
+        let mut args = Map::new();
+        args.insert("protocol".into(), json!("pipehub:tic-tac-toe"));
+        args.insert("rules".into(), rules.clone());
+        let result = runtime.block_on(tools.call("game_new", &args));
+        let result = serde_json::to_value(&result).expect("JSON");
+        assert_eq!(
+            result["structuredContent"]["error"], "bad_rules",
+            "{result:.300}"
+        );
+        assert_eq!(tree(root.path()), before, "a seat file for {rules:.100}");
+    }
+    // Rules it takes, sent to a hub that cannot be reached, leave a seat waiting that the
+    // agent reads back.
+    let mut args = Map::new();
+    args.insert("protocol".into(), json!("pipehub:tic-tac-toe"));
+    args.insert("rules".into(), json!({"rows": 4}));
+    let result = runtime.block_on(tools.call("game_new", &args));
+    let result = serde_json::to_value(&result).expect("JSON");
+    assert_eq!(
+        result["structuredContent"]["error"], "unreachable",
+        "{result}"
+    );
+    let waiting: Vec<_> = std::fs::read_dir(state.join("seats"))
+        .expect("the seats")
+        .map(|e| std::fs::read(e.expect("an entry").path()).expect("readable"))
+        .map(|text| serde_json::from_slice::<SeatRecord>(&text).expect("a seat record"))
+        .collect();
+    assert_eq!(waiting.len(), 1);
+    assert!(waiting[0].asked.is_some() && waiting[0].token.is_none());
 }
