@@ -382,24 +382,30 @@ fn any_arguments_get_a_result_with_a_reason_no_secret_and_no_file_outside_the_se
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-#[test]
-fn a_tool_name_no_tool_has_is_not_written_to_the_log() {
+/// A runtime, and the tools of an agent on a hub that cannot be reached, its state in
+/// `state`.
+fn tools_without_a_hub(state: &Path) -> (tokio::runtime::Runtime, Tools) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    let root = tempfile::tempdir().expect("a temporary directory");
-    let hub = runtime.block_on(closed_hub());
     let config = Config {
-        hub,
+        hub: runtime.block_on(closed_hub()),
         inbox: "default".into(),
-        state_dir: root.path().join("state"),
+        state_dir: state.to_path_buf(),
     };
     let tools = Tools {
         agent: runtime
             .block_on(Agent::open(config))
             .expect("the agent opens"),
     };
+    (runtime, tools)
+}
+
+#[test]
+fn a_tool_name_no_tool_has_is_not_written_to_the_log() {
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let (runtime, tools) = tools_without_a_hub(&root.path().join("state"));
     let lines = crate::test_log::Lines::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
@@ -426,22 +432,9 @@ fn rules_the_protocol_refuses_leave_no_seat_and_a_waiting_seat_reads_back() {
     // A create that cannot be made leaves no seat file, whatever its rules hold: one with
     // arrays nested 200 deep was kept waiting (its answer lost) where no JSON reader would
     // read it back, and the agent later named it a damaged seat.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
     let root = tempfile::tempdir().expect("a temporary directory");
     let state = root.path().join("state");
-    let config = Config {
-        hub: runtime.block_on(closed_hub()),
-        inbox: "default".into(),
-        state_dir: state.clone(),
-    };
-    let tools = Tools {
-        agent: runtime
-            .block_on(Agent::open(config))
-            .expect("the agent opens"),
-    };
+    let (runtime, tools) = tools_without_a_hub(&state);
     let before = tree(root.path());
     let mut deep = json!({"col": 0});
     for _ in 0..200 {
