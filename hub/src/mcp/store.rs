@@ -9,8 +9,9 @@
 //! so a crash between the post and the answer loses a token, never a key that signs a
 //! registered game; the token is added as soon as the hub answers. A seat whose answer
 //! never came waits, with its request's `Idempotency-Key`, for the person's next call of
-//! the same create or pair to send it again ([`SeatRecord::asked`], [`Store::pending`]). Files are written
-//! whole (a temporary file, then a rename) with mode 0600 in a directory of mode 0700.
+//! the same create or pair to send it again ([`SeatRecord::asked`], [`Store::pending`]).
+//! Files are written whole (a temporary file, then a rename) with mode 0600 in a
+//! directory of mode 0700.
 //!
 //! The file name comes from the seat's public key, which is known before the post and
 //! unique per seat. Nonces are never stored: they are derived from the key when needed.
