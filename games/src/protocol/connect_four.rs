@@ -4,10 +4,9 @@
 //! in a row wins; a full grid without a line is a draw. The board logic is shared with
 //! tic-tac-toe in `super::grid`; this module only parses the payload and finds the row.
 
-use super::grid::{self, coordinate, exact_fields, Grid};
+use super::grid::{self, coordinate, exact_fields, Grid, GridBoard};
 use super::spec::{RuleError, Spec};
-use super::{Board, GameResult, MoveError, Protocol, View, Viewer};
-use crate::event::Seat;
+use super::{Board, MoveError, Protocol};
 use serde_json::{Map, Value};
 
 const SPEC: &str = include_str!("../../protocols/connect-four/spec.json");
@@ -50,62 +49,18 @@ impl Protocol for ConnectFour {
     }
 
     fn new_board(&self, rules: &Map<String, Value>) -> Box<dyn Board> {
-        Box::new(ConnectFourBoard {
-            grid: Grid::new(rules),
-        })
+        Box::new(GridBoard::new(rules, cell))
     }
 }
 
-#[derive(Clone, Debug)]
-struct ConnectFourBoard {
-    grid: Grid,
-}
-
-impl ConnectFourBoard {
-    fn cell(&self, mv: &Value) -> Result<(usize, usize), MoveError> {
-        let [col] = exact_fields(mv, ["col"])?;
-        let c = coordinate(col, self.grid.cols)?;
-        self.grid.check_open()?;
-        (0..self.grid.rows)
-            .rev()
-            .find(|r| self.grid.get(*r, c).is_none())
-            .map(|r| (r, c))
-            .ok_or(MoveError::ColumnFull)
-    }
-}
-
-impl Board for ConnectFourBoard {
-    fn legal(&self, _seat: Seat, mv: &Value) -> Result<(), MoveError> {
-        self.cell(mv).map(|_| ())
-    }
-
-    fn apply(&mut self, seat: Seat, mv: &Value) -> Result<(), MoveError> {
-        let (r, c) = self.cell(mv)?;
-        self.grid.place(seat, r, c);
-        Ok(())
-    }
-
-    fn resign(&mut self, seat: Seat) {
-        self.grid.resign(seat);
-    }
-
-    fn outcome(&self) -> GameResult {
-        self.grid.outcome()
-    }
-
-    fn view(&self, viewer: Viewer) -> View {
-        self.grid.view(viewer)
-    }
-
-    fn write_view(&self, viewer: Viewer, out: &mut Vec<u8>) {
-        self.grid.write_view(viewer, out)
-    }
-
-    fn render(&self, _viewer: Viewer) -> String {
-        self.grid.render()
-    }
-
-    fn box_clone(&self) -> Box<dyn Board> {
-        Box::new(self.clone())
-    }
+/// The cell a move names: the lowest empty one of the column its payload names.
+fn cell(grid: &Grid, mv: &Value) -> Result<(usize, usize), MoveError> {
+    let [col] = exact_fields(mv, ["col"])?;
+    let c = coordinate(col, grid.cols)?;
+    grid.check_open()?;
+    (0..grid.rows)
+        .rev()
+        .find(|r| grid.get(*r, c).is_none())
+        .map(|r| (r, c))
+        .ok_or(MoveError::ColumnFull)
 }

@@ -2,14 +2,15 @@
 //!
 //! A [`Grid`] holds the cells, counts the moves applied and notices a line of `winLength`
 //! *or more* through the last piece placed, in any of the four directions. The games
-//! differ only in how a move names its cell, so each game parses its own payload and then
-//! calls [`Grid::place`]. Nothing on a grid is secret: every viewer gets the same view.
+//! differ only in how a move names its cell: each game gives a [`Cell`] that parses its own
+//! payload, and [`GridBoard`] is the board of both. Nothing on a grid is secret: every
+//! viewer gets the same view.
 //!
 //! Row 0 is the top row, as drawn. Whose turn it is follows the chain's parity: after `n`
 //! moves the next move is event `n + 1` (the start is seq 0), which is X's when odd.
 
 use super::spec::{int_rule, RuleError, RuleFault};
-use super::{GameResult, MoveError, View, Viewer, WinBy};
+use super::{Board, GameResult, MoveError, View, Viewer, WinBy};
 use crate::canonical::write_u64;
 use crate::event::Seat;
 use serde_json::{json, Map, Value};
@@ -43,6 +44,62 @@ pub(crate) fn exact_fields<'a, const N: usize>(
         *slot = map.get(name).ok_or(MoveError::BadMove)?;
     }
     Ok(out)
+}
+
+/// How a game's move payload names its cell on `grid`: the cell, or why the move takes
+/// none (a bad payload, a cell out of bounds or taken, a game already over).
+pub(crate) type Cell = fn(grid: &Grid, mv: &Value) -> Result<(usize, usize), MoveError>;
+
+/// The board of a k-in-a-row game: its grid, and how its moves name a cell.
+#[derive(Clone, Debug)]
+pub(crate) struct GridBoard {
+    grid: Grid,
+    cell: Cell,
+}
+
+impl GridBoard {
+    pub fn new(rules: &Map<String, Value>, cell: Cell) -> GridBoard {
+        GridBoard {
+            grid: Grid::new(rules),
+            cell,
+        }
+    }
+}
+
+impl Board for GridBoard {
+    fn legal(&self, _seat: Seat, mv: &Value) -> Result<(), MoveError> {
+        (self.cell)(&self.grid, mv).map(|_| ())
+    }
+
+    fn apply(&mut self, seat: Seat, mv: &Value) -> Result<(), MoveError> {
+        let (r, c) = (self.cell)(&self.grid, mv)?;
+        self.grid.place(seat, r, c);
+        Ok(())
+    }
+
+    fn resign(&mut self, seat: Seat) {
+        self.grid.resign(seat);
+    }
+
+    fn outcome(&self) -> GameResult {
+        self.grid.outcome()
+    }
+
+    fn view(&self, viewer: Viewer) -> View {
+        self.grid.view(viewer)
+    }
+
+    fn write_view(&self, viewer: Viewer, out: &mut Vec<u8>) {
+        self.grid.write_view(viewer, out)
+    }
+
+    fn render(&self, _viewer: Viewer) -> String {
+        self.grid.render()
+    }
+
+    fn box_clone(&self) -> Box<dyn Board> {
+        Box::new(self.clone())
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -4,10 +4,9 @@
 //! a row wins; a full board without a line is a draw. The board logic is shared with
 //! connect-four in `super::grid`; this module only parses the payload.
 
-use super::grid::{self, coordinate, exact_fields, Grid};
+use super::grid::{self, coordinate, exact_fields, Grid, GridBoard};
 use super::spec::{RuleError, Spec};
-use super::{Board, GameResult, MoveError, Protocol, View, Viewer};
-use crate::event::Seat;
+use super::{Board, MoveError, Protocol};
 use serde_json::{Map, Value};
 
 const SPEC: &str = include_str!("../../protocols/tic-tac-toe/spec.json");
@@ -50,68 +49,21 @@ impl Protocol for TicTacToe {
     }
 
     fn new_board(&self, rules: &Map<String, Value>) -> Box<dyn Board> {
-        Box::new(TicTacToeBoard {
-            grid: Grid::new(rules),
-        })
+        Box::new(GridBoard::new(rules, cell))
     }
 }
 
-#[derive(Clone, Debug)]
-struct TicTacToeBoard {
-    grid: Grid,
-}
-
-impl TicTacToeBoard {
-    fn cell(&self, mv: &Value) -> Result<(usize, usize), MoveError> {
-        let [row, col] = exact_fields(mv, ["row", "col"])?;
-        // Both must be integers before either is judged out of bounds.
-        if !(row.is_i64() || row.is_u64()) || !(col.is_i64() || col.is_u64()) {
-            return Err(MoveError::BadMove);
-        }
-        let (r, c) = (
-            coordinate(row, self.grid.rows)?,
-            coordinate(col, self.grid.cols)?,
-        );
-        self.grid.check_open()?;
-        if self.grid.get(r, c).is_some() {
-            return Err(MoveError::Occupied);
-        }
-        Ok((r, c))
+/// The cell a move names: its payload parsed, and the cell checked free.
+fn cell(grid: &Grid, mv: &Value) -> Result<(usize, usize), MoveError> {
+    let [row, col] = exact_fields(mv, ["row", "col"])?;
+    // Both must be integers before either is judged out of bounds.
+    if !(row.is_i64() || row.is_u64()) || !(col.is_i64() || col.is_u64()) {
+        return Err(MoveError::BadMove);
     }
-}
-
-impl Board for TicTacToeBoard {
-    fn legal(&self, _seat: Seat, mv: &Value) -> Result<(), MoveError> {
-        self.cell(mv).map(|_| ())
+    let (r, c) = (coordinate(row, grid.rows)?, coordinate(col, grid.cols)?);
+    grid.check_open()?;
+    if grid.get(r, c).is_some() {
+        return Err(MoveError::Occupied);
     }
-
-    fn apply(&mut self, seat: Seat, mv: &Value) -> Result<(), MoveError> {
-        let (r, c) = self.cell(mv)?;
-        self.grid.place(seat, r, c);
-        Ok(())
-    }
-
-    fn resign(&mut self, seat: Seat) {
-        self.grid.resign(seat);
-    }
-
-    fn outcome(&self) -> GameResult {
-        self.grid.outcome()
-    }
-
-    fn view(&self, viewer: Viewer) -> View {
-        self.grid.view(viewer)
-    }
-
-    fn write_view(&self, viewer: Viewer, out: &mut Vec<u8>) {
-        self.grid.write_view(viewer, out)
-    }
-
-    fn render(&self, _viewer: Viewer) -> String {
-        self.grid.render()
-    }
-
-    fn box_clone(&self) -> Box<dyn Board> {
-        Box::new(self.clone())
-    }
+    Ok((r, c))
 }
