@@ -279,6 +279,27 @@ async fn next(ws: &mut Socket, wait: Duration) -> Option<Value> {
     }
 }
 
+/// What the relay sends until it closes the socket: its JSON messages, then the close
+/// frame's code and reason (`None` when the connection ends without one).
+async fn until_closed(ws: &mut Socket) -> (Vec<Value>, Option<(u16, String)>) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    loop {
+        let frame = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("the relay closes the socket within the wait");
+        match frame {
+            Some(Ok(Message::Text(t))) => seen.push(serde_json::from_str(&t).expect("JSON")),
+            Some(Ok(Message::Close(frame))) => {
+                let close = frame.map(|f| (u16::from(f.code), f.reason.as_str().to_owned()));
+                return (seen, close);
+            }
+            None | Some(Err(_)) => return (seen, None),
+            Some(Ok(_)) => continue,
+        }
+    }
+}
+
 async fn recv(ws: &mut Socket) -> Value {
     next(ws, WAIT).await.expect("a message")
 }
@@ -585,16 +606,15 @@ async fn a_client_that_answers_no_ping_is_dropped_after_the_idle_timeout() {
     for _ in 0..6 {
         assert_eq!(next(&mut lively, Duration::from_millis(200)).await, None);
     }
-    let mut last = None;
-    while let Some(message) = next(&mut silent, WAIT).await {
-        last = Some(message);
-    }
+    let (said, close) = until_closed(&mut silent).await;
     assert_eq!(
-        last,
+        said.last(),
         Some(
-            json!({"t": "error", "error": "timeout", "detail": "no frame or pong within the idle timeout", "close": true})
+            &json!({"t": "error", "error": "timeout", "detail": "no frame or pong within the idle timeout", "close": true})
         )
     );
+    // Going away (1001), as a server that ends a connection does, not a policy breach.
+    assert_eq!(close, Some((1001, "timeout".to_owned())));
     // The lively one is still served.
     send(&mut lively, json!({"t": "game.board"})).await;
     assert_eq!(recv(&mut lively).await["t"], "game.state");
@@ -640,11 +660,14 @@ async fn a_message_in_fragments_over_the_limit_is_too_large_as_one_frame_is() {
     ]
     .concat();
     write_raw(&mut ws, &raw).await;
-    let refused = recv(&mut ws).await;
+    let (said, close) = until_closed(&mut ws).await;
     assert_eq!(
-        refused,
-        json!({"t": "error", "error": "too_large", "detail": "messages are at most 4096 bytes, in one frame or several", "close": true})
+        said,
+        [
+            json!({"t": "error", "error": "too_large", "detail": "messages are at most 4096 bytes, in one frame or several", "close": true})
+        ]
     );
+    assert_eq!(close, Some((1009, "too_large".to_owned())));
     assert_eq!(ends(&closed, 1).await, vec![Ended::BadFrame]);
 }
 
@@ -659,8 +682,50 @@ async fn a_frame_that_declares_more_than_the_limit_is_refused_at_its_header() {
     raw.extend(std::iter::repeat_n(b'a', 64 << 10));
     write_raw(&mut ws, &raw).await;
     // Refused now, not once 2^40 bytes have come.
-    let refused = recv(&mut ws).await;
-    assert_eq!(refused["error"], "too_large", "{refused}");
-    assert_eq!(refused["close"], true);
+    let (said, close) = until_closed(&mut ws).await;
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0]["error"], "too_large", "{said:?}");
+    assert_eq!(said[0]["close"], true);
+    assert_eq!(close, Some((1009, "too_large".to_owned())));
     assert_eq!(ends(&closed, 1).await, vec![Ended::BadFrame]);
+}
+
+#[actix_rt::test]
+async fn a_frame_the_protocol_forbids_closes_with_the_code_rfc_6455_gives_it() {
+    let Served { url, closed, .. } = serve_recording(10, Heartbeat::default(), false).await;
+    // Masked frames (a zero mask): the payload goes as it is.
+    let frame = |first: u8, payload: &[u8]| {
+        let mut raw = vec![first, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+        raw.extend_from_slice(payload);
+        raw
+    };
+    let cases: [(&str, Vec<u8>, u16); 5] = [
+        (
+            "a text frame that is not UTF-8",
+            frame(0x81, b"{\"t\":\"\xff\"}"),
+            1007,
+        ),
+        (
+            "a text message in two fragments that is not UTF-8",
+            [frame(0x01, b"{\"t\":\"\xc3"), frame(0x80, b"\x28\"}")].concat(),
+            1007,
+        ),
+        ("a reserved bit set", frame(0xc1, b"{}"), 1002),
+        ("an opcode no frame has", frame(0x83, b"{}"), 1002),
+        (
+            "a continuation with nothing to continue",
+            frame(0x80, b"{}"),
+            1002,
+        ),
+    ];
+    for (n, (what, raw, code)) in cases.into_iter().enumerate() {
+        let mut ws = seated(&url, "tx").await;
+        write_raw(&mut ws, &raw).await;
+        let (said, close) = until_closed(&mut ws).await;
+        assert_eq!(said.len(), 1, "{what}: {said:?}");
+        assert_eq!(said[0]["error"], "bad_frame", "{what}: {said:?}");
+        assert_eq!(said[0]["close"], true, "{what}");
+        assert_eq!(close, Some((code, "bad_frame".to_owned())), "{what}");
+        assert_eq!(ends(&closed, n + 1).await[n], Ended::BadFrame, "{what}");
+    }
 }

@@ -176,6 +176,15 @@ pub async fn run(
     let _ = tokio::time::timeout(WRITE_TIMEOUT, session.flush()).await;
 }
 
+/// Whether the client's text message is not UTF-8 (RFC 6455 closes with 1007 for that,
+/// and 1002 for the other faults of a frame). actix-ws reports it as an I/O error that
+/// wraps the `Utf8Error`, for a message in one frame or in several
+/// (`vendor/actix-ws`'s `stream.rs` and `aggregated.rs`).
+fn is_invalid_utf8(e: &actix_ws::ProtocolError) -> bool {
+    matches!(e, actix_ws::ProtocolError::Io(io)
+        if io.get_ref().is_some_and(|inner| inner.is::<std::str::Utf8Error>()))
+}
+
 /// Whether the client's message is over [`MAX_FRAME_BYTES`]: one frame that says so in
 /// its header, or fragments that add up past it (which actix-ws's aggregation reports as
 /// an I/O error with this message, and no kind of its own: `vendor/actix-ws`'s
@@ -272,9 +281,16 @@ impl Session {
                         Ended::BadFrame,
                         "too_large",
                         &format!("messages are at most {MAX_FRAME_BYTES} bytes, in one frame or several"),
+                        CloseCode::Size,
                     ),
                     Some(Err(e)) if is_disconnect(&e) => self.drop_client(Ended::Disconnected),
-                    Some(Err(e)) => self.fail(Ended::BadFrame, "bad_frame", &e.to_string()),
+                    Some(Err(e)) if is_invalid_utf8(&e) => self.fail(
+                        Ended::BadFrame,
+                        "bad_frame",
+                        &format!("a text message that is not UTF-8: {e}"),
+                        CloseCode::Invalid,
+                    ),
+                    Some(Err(e)) => self.fail(Ended::BadFrame, "bad_frame", &e.to_string(), CloseCode::Protocol),
                     None => return,
                 },
                 delivery = next_delivery(&mut self.watch) => match delivery {
@@ -358,18 +374,24 @@ impl Session {
                 Ended::Idle,
                 "timeout",
                 "no frame or pong within the idle timeout",
+                CloseCode::Away,
             );
         } else if silent >= heartbeat.interval / 2 {
             self.push(Message::Ping(Bytes::new()));
         }
     }
 
-    /// Sends an `error` with `close: true` and ends the session, for `why`.
-    fn fail(&mut self, why: Ended, error: &str, detail: &str) {
+    /// Sends an `error` with `close: true` and ends the session, for `why`, with a close
+    /// frame of `code` whose reason is `error` (the code a client library acts on; the
+    /// `error` message says more).
+    fn fail(&mut self, why: Ended, error: &str, detail: &str, code: CloseCode) {
         self.end(why);
         self.send(client_out::error(error, Some(detail), true));
         if self.closing.is_none() {
-            self.closing = Some(Closing::Close(CloseCode::Policy.into()));
+            self.closing = Some(Closing::Close(CloseReason {
+                code,
+                description: Some(error.to_owned()),
+            }));
         }
     }
 

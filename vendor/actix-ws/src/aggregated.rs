@@ -220,7 +220,7 @@ impl Stream for AggregatedMessageStream {
                                     Ok(bytestring) => Ok(AggregatedMessage::Text(bytestring)),
                                     Err(err) => Err(ProtocolError::Io(io::Error::new(
                                         io::ErrorKind::InvalidData,
-                                        err.to_string(),
+                                        err,
                                     ))),
                                 }))
                             }
