@@ -513,12 +513,18 @@ async fn messages_out_of_place_get_errors_that_leave_the_socket_open() {
             "{v}"
         );
     };
-    send(
-        &mut ws,
+    // Before a hello, every command is refused alike.
+    for command in [
         json!({"t": "game.subscribe", "inbox": "i", "game": "g"}),
-    )
-    .await;
-    expect_error(recv(&mut ws).await, "unauthorized");
+        json!({"t": "game.board"}),
+        json!({"t": "game.move", "move": {"row": 0, "col": 0}, "ref": 1}),
+        json!({"t": "game.resign", "ref": 2}),
+    ] {
+        send(&mut ws, command.clone()).await;
+        let refused = recv(&mut ws).await;
+        expect_error(refused.clone(), "unauthorized");
+        assert_eq!(refused["detail"], "say hello first", "{command}");
+    }
     send(&mut ws, json!({"t": "hello", "token": "nobody"})).await;
     expect_error(recv(&mut ws).await, "unauthorized");
     // A token that could not be looked up is not an unknown one: a client told

@@ -601,7 +601,9 @@ async fn the_sockets_of_a_cancelled_game_are_told_it_is_gone() {
         )
     });
     assert_eq!(cancelled.status, 204, "{}", cancelled.body);
-    for socket in [&mut x, &mut watcher] {
+    // X's socket is as before its first hello, and is refused a board as any command is
+    // then; the spectator's watches nothing.
+    for (socket, board_error) in [(&mut x, "unauthorized"), (&mut watcher, "not_found")] {
         let told = socket.recv().await;
         assert_eq!(
             (&told["t"], &told["error"], &told["close"]),
@@ -617,7 +619,7 @@ async fn the_sockets_of_a_cancelled_game_are_told_it_is_gone() {
         let board = socket.recv().await;
         assert_eq!(
             (&board["t"], &board["error"]),
-            (&json!("error"), &json!("not_found")),
+            (&json!("error"), &json!(board_error)),
             "{board}"
         );
     }

@@ -472,10 +472,13 @@ impl Session {
                 })
             }
             ClientIn::Board => {
+                if matches!(self.role, Role::Unknown) {
+                    return self.refuse_unknown();
+                }
                 let Some(watch) = &self.watch else {
                     return self.send(client_out::error(
                         "not_found",
-                        Some("this socket watches no game: hello with a token, or game.subscribe"),
+                        Some("this socket watches no game yet: game.subscribe to one, or hello with a seat token"),
                         false,
                     ));
                 };
