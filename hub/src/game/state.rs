@@ -235,6 +235,9 @@ pub struct Pending {
     pub protocol: ProtocolNames,
     pub signed: bool,
     pub keys: KeysView,
+    /// X's agent writes the start (X holds its own key); otherwise the hub does, once O
+    /// pairs.
+    pub x_starts: bool,
 }
 
 /// What [`assemble`] needs to know of a game with an accepted start.
@@ -281,7 +284,7 @@ pub fn assemble(
             head: None,
             result: None,
             view: None,
-            board: waiting_text(p.phase, seat),
+            board: waiting_text(p.phase, seat, p.x_starts),
             notice,
         },
         Source::Started(s) => GameState {
@@ -304,17 +307,61 @@ pub fn assemble(
     }
 }
 
-/// What a game before its start waits for, said to its viewer.
-fn waiting_text(phase: Phase, seat: Option<Seat>) -> String {
-    match (phase, seat) {
-        (Phase::Waiting, Some(Seat::X)) => {
+/// What a game before its start waits for, said to its viewer. Only an X that holds its
+/// own key is told to write the start: the hub writes every other one.
+fn waiting_text(phase: Phase, seat: Option<Seat>, x_starts: bool) -> String {
+    match (phase, seat, x_starts) {
+        (Phase::Waiting, Some(Seat::X), _) => {
             "waiting for an opponent: share the pairing code".to_string()
         }
-        (Phase::Waiting, _) => "waiting for an opponent to pair".to_string(),
-        (Phase::Paired, Some(Seat::X)) => {
+        (Phase::Waiting, _, _) => "waiting for an opponent to pair".to_string(),
+        (Phase::Paired, Some(Seat::X), true) => {
             "paired: write the start event naming both keys".to_string()
         }
-        (Phase::Paired, _) => "paired: waiting for X to start the game".to_string(),
-        (Phase::Started, _) => "started".to_string(),
+        (Phase::Paired, _, true) => "paired: waiting for X to start the game".to_string(),
+        (Phase::Paired, _, false) => "paired: the hub is starting the game".to_string(),
+        (Phase::Started, _, _) => "started".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A paired game's state before its start, for `viewer`, with `x_starts` as given.
+    fn paired(viewer: Viewer, x_starts: bool) -> GameState {
+        let name: Arc<str> = Arc::from("g");
+        let pending = Pending {
+            phase: Phase::Paired,
+            protocol: ProtocolNames {
+                protocol: Arc::from("pipehub:tic-tac-toe"),
+                protocol_id: Arc::from("tic-tac-toe"),
+                rules: Arc::default(),
+            },
+            signed: true,
+            keys: KeysView { x: None, o: None },
+            x_starts,
+        };
+        assemble(&name, &name, viewer, Source::Pending(pending), None)
+    }
+
+    #[test]
+    fn only_an_x_that_holds_its_key_is_told_to_write_the_start() {
+        let x = Viewer::Seat(Seat::X);
+        assert_eq!(
+            paired(x, true).board,
+            "paired: write the start event naming both keys"
+        );
+        // The hub writes a hub-held X's start: its seat, and everyone else, are told so.
+        for viewer in [x, Viewer::Seat(Seat::O), Viewer::Spectator] {
+            assert_eq!(
+                paired(viewer, false).board,
+                "paired: the hub is starting the game"
+            );
+        }
+        assert_eq!(
+            paired(Viewer::Spectator, true).board,
+            "paired: waiting for X to start the game"
+        );
     }
 }

@@ -169,6 +169,7 @@ impl GameActor {
                         x: reg.key_x.clone(),
                         o: reg.key_o.clone(),
                     },
+                    x_starts: !reg.hub_writes_start(),
                 }),
                 notice,
             )

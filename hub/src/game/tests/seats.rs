@@ -159,6 +159,17 @@ async fn an_agent_held_host_writes_its_own_start_and_the_hub_checks_it() {
         Phase::Paired,
         "the hub does not write an agent's start"
     );
+    // Only this X, which holds its key, is told to write the start.
+    assert_eq!(
+        paired.board,
+        "paired: write the start event naming both keys"
+    );
+    let o_view = f
+        .hub
+        .state(INBOX, &x.game, Viewer::Seat(Seat::O))
+        .await
+        .expect("state");
+    assert_eq!(o_view.board, "paired: waiting for X to start the game");
     let keys = paired.keys.expect("keys");
     assert_eq!(keys.x.as_deref(), Some(public.as_str()));
     assert_eq!(
