@@ -258,18 +258,31 @@ fn an_agent_refuses_to_join_with_its_own_pairing_code() {
     );
     let created = x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
     let code = created["pairingCode"].as_str().expect("a code");
-    for typed in [code.to_string(), code.to_lowercase()] {
+    let spaced = format!(" {} {} ", &code[..4], &code[4..]).to_lowercase();
+    for typed in [code.to_string(), code.to_lowercase(), spaced.clone()] {
         let joined = x.call("game_join", json!({"code": typed}));
         assert_eq!(joined["isError"], true, "{joined}");
         let text = joined["text"].as_str().unwrap_or_default();
         assert!(text.contains("this agent's own"), "{text}");
     }
+    // What cannot be a code is refused by the agent, not sent to count against the
+    // person's failed pairing attempts.
+    for typed in ["", "abc", "ABCD-EFGH-J", "ABCDEFGU"] {
+        let joined = x.call("game_join", json!({"code": typed}));
+        assert_eq!(joined["isError"], true, "{joined}");
+        let text = joined["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("that is not a pairing code"),
+            "{typed}: {text}"
+        );
+    }
     let listed = x.ok("game_list", json!({}));
     let seats = listed["seats"].as_array().cloned().unwrap_or_default();
     assert_eq!(seats.len(), 1, "{listed}");
     assert_eq!(seats[0]["seat"], "X");
+    // The hub reads a code typed in two groups as the code.
     let paired =
-        pipehub_tests::Client::new().post(&hub.url("/v1/pair"), None, &json!({"code": code}));
+        pipehub_tests::Client::new().post(&hub.url("/v1/pair"), None, &json!({"code": spaced}));
     assert_eq!(
         paired.status, 200,
         "the code is still good: {}",
@@ -304,10 +317,17 @@ fn a_game_nobody_joined_shows_its_code_a_fresh_one_once_expired_and_resign_cance
         );
         assert!(text.len() < 1000, "{} bytes", text.len());
     }
-    let created = x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    let made = x.call("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    let created = &made["structuredContent"];
     let code = created["pairingCode"].as_str().expect("a code").to_string();
     let game = created["game"].as_str().expect("a game").to_string();
-    assert!(created["expiresAt"].is_string(), "{created}");
+    let until = created["expiresAt"].as_str().expect("an expiry");
+    // The code is in the text too: a client may give its model the text alone.
+    let text = made["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(&format!("pairing code {code} ")) && text.contains(until),
+        "{text}"
+    );
     let board = x.call("game_board", json!({"game": game}));
     assert_eq!(
         board["structuredContent"]["pairingCode"],
@@ -327,9 +347,23 @@ fn a_game_nobody_joined_shows_its_code_a_fresh_one_once_expired_and_resign_cance
     record["codeExpiresAt"] = json!("2000-01-01T00:00:00Z");
     std::fs::write(&file.path, record.to_string()).expect("the seat file is written");
     let mut x = start(1);
-    let board = x.ok("game_board", json!({"game": game}));
-    let fresh = board["pairingCode"].as_str().expect("a code").to_string();
+    // A wait on the game that nobody joins tells the live code, and that the shared one
+    // died.
+    let waited = x.call("game_wait", json!({"game": game, "timeoutSeconds": 0}));
+    let fresh = waited["structuredContent"]["pairingCode"]
+        .as_str()
+        .expect("a code")
+        .to_string();
     assert_ne!(fresh, code, "a fresh code");
+    let text = waited["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("The wait timed out")
+            && text.contains("The earlier pairing code had expired")
+            && text.contains(&fresh),
+        "{text}"
+    );
+    let board = x.ok("game_board", json!({"game": game}));
+    assert_eq!(board["pairingCode"], fresh.as_str(), "{board}");
     let listed = x.call("game_list", json!({}));
     let seat = &listed["structuredContent"]["seats"][0];
     assert_eq!(seat["pairingCode"], fresh.as_str(), "{listed}");

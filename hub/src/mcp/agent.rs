@@ -219,12 +219,16 @@ impl Agent {
         record.code_expires_at = seated.expires_at.clone();
         let expires = seated.expires_at.clone();
         let mut answer = self.seated(record, seated).await?;
+        // In the text too, not only in the structured answer: a client may hand its model
+        // the text alone.
+        answer.note = Some(format!(
+            "Give the pairing code {} to the opponent's person (it works until {}); the game \
+starts when they join.",
+            code.as_deref().map(state::escape).unwrap_or_default(),
+            expires.as_deref().map(state::escape).unwrap_or_default(),
+        ));
         answer.state["pairingCode"] = json!(code);
         answer.state["expiresAt"] = json!(expires);
-        answer.note = Some(
-            "Give the pairing code to the opponent's person; the game starts when they join."
-                .into(),
-        );
         Ok(answer)
     }
 
@@ -234,7 +238,16 @@ impl Agent {
     /// A game made before codes were kept is only found once the hub answered: the new O
     /// seat is then dropped (its key forgotten) and the X seat kept, and the error says so.
     pub async fn join(&self, code: &str) -> Result<Answer, AgentError> {
-        if let Some(game) = self.own_code(code).await {
+        // A code that cannot be one is refused here: sent, it would count against the
+        // person's failed pairing attempts at the hub, and a real code then wait.
+        let Some(normal) = crate::game::seats::normalize_code(code) else {
+            return Err(AgentError::Usage(
+                "that is not a pairing code: a code is 8 letters and digits, as the other person \
+was given it (case, spaces and hyphens do not matter)"
+                    .into(),
+            ));
+        };
+        if let Some(game) = self.own_code(&normal).await {
             return Err(AgentError::Usage(format!(
                 "that pairing code is this agent's own: it holds seat X of game {game}; give the code to the \
 opponent's person instead"
@@ -243,18 +256,17 @@ opponent's person instead"
         // A pair with this code whose answer was lost is sent again, with the same seat key
         // and `Idempotency-Key`: the hub then seats this agent again, where a new key
         // would hear that the code is used.
-        let normal = crate::game::seats::normalize_code(code.trim());
         let _asking = self.asking.lock().await;
         let waiting = self.pending(|r| {
             let asked = r.asked.as_ref().and_then(|a| a.code.as_ref());
-            r.seat() == Some(Seat::O) && normal.is_some() && asked == normal.as_ref()
+            r.seat() == Some(Seat::O) && asked == Some(&normal)
         })?;
         let record = match waiting {
             Some(record) => record,
             None => {
                 let mut record =
                     SeatRecord::mint(self.ctx.client.base(), &self.inbox, Seat::O, None);
-                record.ask(normal.as_deref());
+                record.ask(Some(&normal));
                 self.ctx.store.save(&record)?;
                 record
             }
@@ -263,7 +275,7 @@ opponent's person instead"
         let seated = self
             .ctx
             .client
-            .pair(code.trim(), &key, &asked_key(&record))
+            .pair(&normal, &key, &asked_key(&record))
             .await;
         let seated = self.forget_if_unmade(&record, seated)?;
         if let Ok(held) = self.seat(&seated.game) {
@@ -278,16 +290,16 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         self.seated(record, seated).await
     }
 
-    /// The game of this agent whose pairing code `code` is, as the hub reads codes.
+    /// The game of this agent whose pairing code the normalized `code` is, as the hub
+    /// reads codes.
     async fn own_code(&self, code: &str) -> Option<String> {
-        let code = crate::game::seats::normalize_code(code.trim())?;
         for handle in self.handles() {
             let rec = handle.lock().await;
             let mine = rec
                 .pairing_code
                 .as_deref()
                 .and_then(crate::game::seats::normalize_code);
-            if mine.as_deref() == Some(code.as_str()) {
+            if mine.as_deref() == Some(code) {
                 return Some(handle.game.clone());
             }
         }
@@ -538,8 +550,18 @@ this is the game as last verified. Call game_wait again.";
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                let note = "The wait timed out: the game still waits for the opponent. Call game_wait again.";
-                return Ok(Answer::of(&snap, Some(note.into())));
+                let mut note =
+                    "The wait timed out: the game still waits for the opponent. Call game_wait again."
+                        .to_string();
+                let mut answer = Answer::of(&snap, None);
+                if waiting_host(&snap) {
+                    // The code the person shared may have expired while they waited: the live
+                    // one (a fresh one if so, said so) goes with the answer.
+                    let shown = self.show_code(&handle, &mut answer.state).await;
+                    note = format!("{note} {shown}");
+                }
+                answer.note = Some(note);
+                return Ok(answer);
             }
             last = Some(snap);
             let step = (deadline - now).min(recheck);

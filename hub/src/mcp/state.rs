@@ -166,8 +166,9 @@ pub fn text(state: &Value, note: Option<&str>, captures: usize) -> String {
         out.push(' ');
     }
     if state["phase"] == "started" {
+        let plural = if captures == 1 { "" } else { "s" };
         out.push_str(&format!(
-            "This agent verified the game's whole log itself ({captures} captures: chain, signatures, moves). "
+            "This agent verified the game's whole log itself ({captures} capture{plural}: chain, signatures, moves). "
         ));
     }
     out.push_str(

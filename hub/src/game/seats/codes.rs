@@ -67,12 +67,14 @@ pub fn repeat_game_id(secret: &[u8], inbox: &str, key: &str) -> String {
 }
 
 /// Normalizes a pairing code as typed: Crockford's decoding (case-insensitive, I and L read
-/// as 1, O as 0, hyphens ignored). `None` when it cannot be a code.
+/// as 1, O as 0, hyphens ignored), and spaces ignored too (a code read out or copied in
+/// two groups). `None` when it cannot be a code.
 pub fn normalize_code(code: &str) -> Option<String> {
     let mut out = String::with_capacity(8);
     for c in code.chars() {
         let c = match c.to_ascii_uppercase() {
             '-' => continue,
+            c if c.is_whitespace() => continue,
             'I' | 'L' => '1',
             'O' => '0',
             c => c,

@@ -17,6 +17,7 @@ fn codes_are_eight_crockford_characters() {
 #[test]
 fn codes_normalize_as_crockford_reads_them() {
     assert_eq!(normalize_code("abcd-efgh").as_deref(), Some("ABCDEFGH"));
+    assert_eq!(normalize_code(" abcd efgh\t").as_deref(), Some("ABCDEFGH"));
     assert_eq!(normalize_code("o1l0i000").as_deref(), Some("01101000"));
     assert_eq!(normalize_code("ABCDEFG"), None);
     assert_eq!(normalize_code("ABCDEFGHJ"), None);
