@@ -329,18 +329,7 @@ impl Pager {
 /// with its causes: reqwest's own words ("error sending request") do not tell a refused
 /// connection from a timeout or a reset.
 fn transport(e: reqwest::Error) -> AgentError {
-    let e = e.without_url();
-    let mut why = e.to_string();
-    let mut cause = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        let said = c.to_string();
-        if !why.contains(&said) {
-            why.push_str(": ");
-            why.push_str(&said);
-        }
-        cause = c.source();
-    }
-    AgentError::Transport(why)
+    AgentError::Transport(crate::client::causes(&e.without_url()))
 }
 
 /// The hub's error answer as the agent repeats it to the model. The hub is not trusted
