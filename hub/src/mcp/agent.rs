@@ -191,6 +191,7 @@ impl Agent {
                 && r.protocol.as_deref() == Some(protocol.as_str())
                 && r.rules == asked_rules
         })?;
+        let sent_before = waiting.is_some();
         let mut record = match waiting {
             Some(record) => record,
             None => {
@@ -213,7 +214,7 @@ impl Agent {
             .client
             .create_game(&self.inbox, &protocol, rules, &key, &repeat_key)
             .await;
-        let seated = self.forget_if_unmade(&record, seated)?;
+        let seated = self.forget_if_unmade(&record, sent_before, seated)?;
         let code = seated.pairing_code.clone();
         record.pairing_code = code.clone();
         record.code_expires_at = seated.expires_at.clone();
@@ -261,6 +262,7 @@ opponent's person instead"
             let asked = r.asked.as_ref().and_then(|a| a.code.as_ref());
             r.seat() == Some(Seat::O) && asked == Some(&normal)
         })?;
+        let sent_before = waiting.is_some();
         let record = match waiting {
             Some(record) => record,
             None => {
@@ -277,7 +279,7 @@ opponent's person instead"
             .client
             .pair(&normal, &key, &asked_key(&record))
             .await;
-        let seated = self.forget_if_unmade(&record, seated)?;
+        let seated = self.forget_if_unmade(&record, sent_before, seated)?;
         if let Ok(held) = self.seat(&seated.game) {
             self.ctx.store.remove(&record)?;
             return Err(AgentError::Usage(format!(
@@ -311,10 +313,13 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
     /// [`HubClient::pair`]) is kept, waiting: the hub may have made it, and its token comes
     /// only in an answer, which the person's next `game_new` of the same game or
     /// `game_join` with the same code asks for again ([`Agent::pending`]). The error says
-    /// so.
+    /// so. One whose request never left this computer (no connection could be made, on
+    /// any try) is forgotten too, unless an earlier call sent it (`sent_before`): the hub
+    /// may have made that one.
     fn forget_if_unmade(
         &self,
         record: &SeatRecord,
+        sent_before: bool,
         seated: Result<Seated, AgentError>,
     ) -> Result<Seated, AgentError> {
         let again = if record.seat() == Some(Seat::O) {
@@ -329,6 +334,9 @@ seated O with a key this agent dropped, as it plays one seat per game, so no one
         match seated {
             Ok(seated) => Ok(seated),
             Err(AgentError::Transport(why)) => Err(AgentError::Transport(format!("{why}; {hint}"))),
+            Err(AgentError::Unsent(why)) if sent_before => {
+                Err(AgentError::Transport(format!("{why}; {hint}")))
+            }
             Err(AgentError::Hub {
                 status,
                 code,

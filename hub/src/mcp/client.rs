@@ -151,16 +151,35 @@ impl HubClient {
         repeat_key: &str,
     ) -> Result<T, AgentError> {
         let mut pauses = REPEAT_PAUSES.iter();
+        // Whether any try may have reached the hub: only a connection refused (or never
+        // made) on every try tells that nothing was sent.
+        let mut sent = false;
         loop {
             let req = self
                 .http
                 .post(url)
                 .header("Idempotency-Key", repeat_key)
                 .json(body);
-            match self.answered(req).await {
+            let answered = match req.send().await {
+                Ok(resp) => {
+                    sent = true;
+                    answer_of(resp).await
+                }
+                Err(e) => {
+                    sent |= !e.is_connect();
+                    Err(transport(e))
+                }
+            };
+            match answered {
                 Err(e) if e.answer_lost() => match pauses.next() {
                     Some(pause) => tokio::time::sleep(*pause).await,
-                    None => return Err(e),
+                    None if sent => return Err(e),
+                    None => {
+                        let AgentError::Transport(why) = e else {
+                            return Err(e);
+                        };
+                        return Err(AgentError::Unsent(why));
+                    }
                 },
                 answered => return answered,
             }
@@ -275,15 +294,20 @@ impl HubClient {
         req: reqwest::RequestBuilder,
     ) -> Result<T, AgentError> {
         let resp = req.send().await.map_err(transport)?;
-        let status = resp.status();
-        let retry = retry_after(resp.headers());
-        let value: Value = resp.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            return Err(hub_error(status, &value, retry));
-        }
-        serde_json::from_value(value)
-            .map_err(|e| AgentError::Transport(format!("the hub's answer is not understood: {e}")))
+        answer_of(resp).await
     }
+}
+
+/// The hub's answer as `T`, or as the error it is.
+async fn answer_of<T: for<'de> Deserialize<'de>>(resp: reqwest::Response) -> Result<T, AgentError> {
+    let status = resp.status();
+    let retry = retry_after(resp.headers());
+    let value: Value = resp.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        return Err(hub_error(status, &value, retry));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| AgentError::Transport(format!("the hub's answer is not understood: {e}")))
 }
 
 /// Where a listing goes next: it ends on no cursor, and fails on a cursor seen before

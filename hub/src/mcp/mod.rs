@@ -66,6 +66,10 @@ pub enum AgentError {
     /// The hub could not be reached or answered nonsense.
     #[error("the hub could not be reached: {0}")]
     Transport(String),
+    /// No connection to the hub could be made, on any try: nothing was sent, so the hub
+    /// did nothing (a create or pair that was never sent leaves no seat to wait for).
+    #[error("the hub could not be reached: {0}")]
+    Unsent(String),
     /// The hub's log of the game does not verify.
     #[error("verification failed: {0}")]
     Verification(String),
@@ -95,7 +99,7 @@ impl AgentError {
     pub fn code(&self) -> &str {
         match self {
             AgentError::Hub { code, .. } => code,
-            AgentError::Transport(_) => "unreachable",
+            AgentError::Transport(_) | AgentError::Unsent(_) => "unreachable",
             AgentError::Verification(_) => "verification_failed",
             AgentError::Usage(_) => "usage",
             AgentError::Rules(_) => "bad_rules",

@@ -385,12 +385,20 @@ fn any_arguments_get_a_result_with_a_reason_no_secret_and_no_file_outside_the_se
 /// A runtime, and the tools of an agent on a hub that cannot be reached, its state in
 /// `state`.
 fn tools_without_a_hub(state: &Path) -> (tokio::runtime::Runtime, Tools) {
+    tools_for(state, |runtime| runtime.block_on(closed_hub()))
+}
+
+/// The tools of an agent whose hub is the address `hub` gives, in their own runtime.
+fn tools_for(
+    state: &Path,
+    hub: impl FnOnce(&tokio::runtime::Runtime) -> String,
+) -> (tokio::runtime::Runtime, Tools) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
     let config = Config {
-        hub: runtime.block_on(closed_hub()),
+        hub: hub(&runtime),
         inbox: "default".into(),
         state_dir: state.to_path_buf(),
     };
@@ -475,4 +483,39 @@ fn rules_the_protocol_refuses_leave_no_seat_and_a_waiting_seat_reads_back() {
         .collect();
     assert_eq!(waiting.len(), 1);
     assert!(waiting[0].asked.is_some() && waiting[0].token.is_none());
+}
+
+#[test]
+fn a_create_or_join_that_could_not_connect_leaves_no_seat_and_no_hint_to_call_again() {
+    // Nothing listens at the address: no try of the request left this computer, so the
+    // hub cannot have seated the agent, and no seat waits for a second call.
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let state = root.path().join("state");
+    let (runtime, tools) = tools_for(&state, |_| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let base = format!("http://{}", listener.local_addr().expect("an address"));
+        drop(listener);
+        base
+    });
+    let before = tree(root.path());
+    for (tool, args) in [
+        ("game_new", json!({"protocol": "pipehub:tic-tac-toe"})),
+        ("game_join", json!({"code": "ABCD-EFGH"})),
+    ] {
+        let Value::Object(args) = args else {
+            unreachable!()
+        };
+        let result = runtime.block_on(tools.call(tool, &args));
+        let result = serde_json::to_value(&result).expect("JSON");
+        assert_eq!(
+            result["structuredContent"]["error"], "unreachable",
+            "{tool}: {result}"
+        );
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("Connection refused") && !text.contains("may have seated"),
+            "{tool}: {text}"
+        );
+        assert_eq!(tree(root.path()), before, "{tool} left a seat file");
+    }
 }
