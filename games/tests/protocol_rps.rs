@@ -316,6 +316,29 @@ fn renders_a_score_line() {
 }
 
 #[test]
+fn a_finished_game_names_the_rounds_it_played_not_one_more() {
+    let mut b = board(json!({}));
+    let played = rounds(&[("rock", "scissors"), ("rock", "rock"), ("paper", "rock")]);
+    for (i, mv) in played.iter().enumerate() {
+        let seat = if i % 2 == 0 { Seat::X } else { Seat::O };
+        b.apply(seat, mv).expect("legal");
+    }
+    assert_eq!(
+        b.render(games::Viewer::Spectator),
+        "3 rounds played (first to 2): X 2 - O 0; last X paper O rock; X wins"
+    );
+    let mut one = board(json!({"bestOf": 1}));
+    for (i, mv) in rounds(&[("scissors", "paper")]).iter().enumerate() {
+        let seat = if i % 2 == 0 { Seat::X } else { Seat::O };
+        one.apply(seat, mv).expect("legal");
+    }
+    assert_eq!(
+        one.render(games::Viewer::Spectator),
+        "1 round played (first to 1): X 1 - O 0; last X scissors O paper; X wins"
+    );
+}
+
+#[test]
 fn a_custodian_adds_the_own_pending_choice() {
     let mut b = board(json!({}));
     b.apply(Seat::X, &commit("paper", NX)).expect("legal");

@@ -347,12 +347,18 @@ impl Board for RpsBoard {
     }
 
     fn render(&self, _viewer: Viewer) -> String {
+        // A game over names the rounds it played, not one more to come.
+        let played = self.history.len();
+        let round = match self.phase {
+            Phase::Over => format!(
+                "{played} round{} played",
+                if played == 1 { "" } else { "s" }
+            ),
+            _ => format!("round {}", played + 1),
+        };
         let mut out = format!(
-            "round {} (first to {}): X {} - O {}",
-            self.history.len() + 1,
-            self.target,
-            self.scores[0],
-            self.scores[1]
+            "{round} (first to {}): X {} - O {}",
+            self.target, self.scores[0], self.scores[1]
         );
         if let Some(last) = self.history.last() {
             out.push_str(&format!(
