@@ -498,6 +498,14 @@ fn assert_rate_limited(result: &Value) {
         result["structuredContent"]["error"], "rate_limited",
         "{result}"
     );
+    // The wait is a number, and the text says to send the call again after it rather
+    // than ask the person for another move.
+    assert_eq!(result["structuredContent"]["retryAfter"], 1, "{result}");
+    let text = result["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("wait 1 s, then send the same call again"),
+        "{text}"
+    );
 }
 
 #[test]
