@@ -19,6 +19,7 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -63,8 +64,12 @@ fn schema(properties: Value, required: &[&str]) -> Arc<Map<String, Value>> {
     }
 }
 
-/// The seven tools, with their schemas and descriptions.
+/// The seven tools, with their schemas, descriptions and hints. Only `game_resign` is
+/// marked destructive (MCP's default for a tool that is not read-only): it gives a game
+/// away for good. None is marked read-only: looking at a game may write what the seat
+/// owes first (a start, a reveal) and ask for a fresh pairing code once one expired.
 pub fn tool_list() -> Vec<Tool> {
+    let hints = |destructive: bool| ToolAnnotations::new().destructive(destructive);
     let game = json!({"type": "string", "description": "The game id, as game_new, game_join or game_list gave it."});
     vec![
         Tool::new(
@@ -79,12 +84,14 @@ pipehub:connect-four (move {{\"col\"}}), pipehub:rock-paper-scissors (move {{\"c
                 }),
                 &["protocol"],
             ),
-        ),
+        )
+        .annotate(hints(false)),
         Tool::new(
             "game_join",
             format!("Join a game with the pairing code the other person shared; your person takes seat O. {PLAYS_FOR}"),
             schema(json!({"code": {"type": "string", "description": "The 8-character pairing code."}}), &["code"]),
-        ),
+        )
+        .annotate(hints(false)),
         Tool::new(
             "game_move",
             format!("Play the move your person chose, when it is their turn. Tic-tac-toe: {{\"row\": r, \"col\": c}} \
@@ -94,13 +101,15 @@ agent keeps the choice secret, commits and reveals it itself. {PLAYS_FOR}"),
                 json!({"game": game, "move": {"type": "object", "description": "The person's move."}}),
                 &["game", "move"],
             ),
-        ),
+        )
+        .annotate(hints(false)),
         Tool::new(
             "game_board",
             format!("Show the game as your person's seat sees it, after this agent verified the hub's whole log. \
 For a game your person created that nobody has joined, it shows the pairing code again (a fresh one if it expired). {PLAYS_FOR}"),
             schema(json!({"game": game}), &["game"]),
-        ),
+        )
+        .annotate(hints(false)),
         Tool::new(
             "game_wait",
             format!("Wait until it is your person's turn or the game ends (default 30 s, at most 300 s), then show the \
@@ -110,18 +119,21 @@ board. Use it instead of calling game_board repeatedly. {PLAYS_FOR}"),
                         "description": "How long to wait at most, in seconds (default 30; a wait over 300 is cut to 300)."}}),
                 &["game"],
             ),
-        ),
+        )
+        .annotate(hints(false)),
         Tool::new(
             "game_resign",
             format!("Resign the game for your person: only when they asked to. The opponent wins. A game your person \
 created that nobody has joined yet is cancelled instead. {PLAYS_FOR}"),
             schema(json!({"game": game}), &["game"]),
-        ),
+        )
+        .annotate(hints(true)),
         Tool::new(
             "game_list",
             format!("List your person's games held by this agent, with their phases and boards. {PLAYS_FOR}"),
             schema(json!({}), &[]),
-        ),
+        )
+        .annotate(hints(false)),
     ]
 }
 
@@ -464,6 +476,20 @@ mod tests {
         for bad in [json!(-1), json!(2.5), json!("10"), json!(true)] {
             let e = secs(bad.clone()).expect_err("refused").to_string();
             assert!(e.contains("0 to 300"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_game_resign_is_marked_destructive() {
+        for tool in tool_list() {
+            let hints = tool.annotations.clone().expect("every tool has hints");
+            assert_eq!(
+                hints.destructive_hint,
+                Some(tool.name == "game_resign"),
+                "{}",
+                tool.name
+            );
+            assert_eq!(hints.read_only_hint, None, "{}", tool.name);
         }
     }
 
