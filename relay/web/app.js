@@ -25,6 +25,11 @@
   const LOG_MAX = 60;
   const RETRY_MAX_MS = 10000;
   const PENDING_MAX_MS = 15000;
+  // How long "Copied." stays beside the Copy button.
+  const COPY_SAID_MS = 4000;
+  // The tab's title; a game in view adds whose turn it is, or that it is over, so that a
+  // tab in the background tells it.
+  const TITLE = 'pipehub';
   const CHOICES = ['rock', 'paper', 'scissors'];
   // The built-in games' rules in words, in the order people think of a board; other rules
   // follow by their own names.
@@ -124,6 +129,12 @@
     const alert = $('alert');
     say(alert, parts);
     alert.hidden = alert.textContent === '';
+    // It sits above the lobby's forms: on a phone, the form that caused it is often far
+    // below, and the message would be out of sight.
+    if (!alert.hidden) {
+      const box = alert.getBoundingClientRect();
+      if (box.top < 0 || box.bottom > window.innerHeight) alert.scrollIntoView({ block: 'nearest' });
+    }
   }
 
   // The message log is a history to read back, not a live region: what happens is told
@@ -642,8 +653,10 @@
     S.myChoice = null;
     S.news = '';
     S.retry = 0;
+    S.lost = false;
+    S.keepNotice = false;
     S.boardKey = '';
-    for (const id of ['board', 'log', 'pairing-code', 'pairing-link', 'pairing-expires', 'status', 'game-title', 'game-meta']) {
+    for (const id of ['board', 'log', 'pairing-code', 'pairing-link', 'pairing-expires', 'copy-said', 'status', 'game-title', 'game-meta']) {
       $(id).textContent = '';
     }
     $('pairing').hidden = true;
@@ -652,6 +665,7 @@
     document.body.dataset.phase = '';
     document.body.dataset.over = '';
     document.body.dataset.frames = '0';
+    document.title = TITLE;
   }
 
   function enterGame(session) {
@@ -769,19 +783,26 @@
     showAlert('This seat no longer opens its game: it was cancelled, perhaps from another tab.');
   }
 
+  // Said beside the button (a polite status), since the log may be off screen.
   async function onCopy() {
     const code = $('pairing-code').textContent;
+    const said = $('copy-said');
+    let words;
     try {
       await navigator.clipboard.writeText(code);
-      log('The code was copied.');
+      words = 'Copied.';
     } catch (e) {
       const range = document.createRange();
       range.selectNodeContents($('pairing-code'));
       const sel = window.getSelection();
       sel.removeAllRanges();
       sel.addRange(range);
-      log('Select and copy the code by hand.');
+      words = 'Selected: copy it by hand.';
     }
+    setText(said, words);
+    log(words === 'Copied.' ? 'The code was copied.' : 'Select and copy the code by hand.');
+    clearTimeout(S.copyTimer);
+    S.copyTimer = setTimeout(() => setText(said, ''), COPY_SAID_MS);
   }
 
   // ---------- the WebSocket relay ----------
@@ -828,6 +849,8 @@
     ws.onclose = () => {
       if (S.ws !== ws) return;
       S.ws = null;
+      if (!S.lost && S.retry === 0) log('The connection to the hub was lost; reconnecting.');
+      S.lost = true;
       // An unanswered move may or may not have reached the hub; the state after the
       // reconnect says which, so the early drawing is dropped now.
       S.pending = null;
@@ -864,6 +887,8 @@
         // Only a greeting resets the back-off: a hub that accepts the socket and then
         // closes it at once must not be hammered.
         S.retry = 0;
+        if (S.lost) log('Connected to the hub again.');
+        S.lost = false;
         showNotice('');
         if (s.mode === 'watch') send({ t: 'game.subscribe', inbox: s.inbox, game: s.game });
         break;
@@ -881,6 +906,10 @@
           log('The hub refused a request: ' + describe(msg.error, msg.detail) + '.');
           showNotice('Refused: ', reason(msg.error, msg.detail), '.');
         }
+        // The true state comes right after a refusal: it is the board the refusal speaks
+        // of (a move that lost the race to another window's has a new seq), so it leaves
+        // the notice to be read.
+        S.keepNotice = true;
         break;
       case 'error':
         onError(msg);
@@ -896,7 +925,9 @@
   function reason(error, detail) {
     const code = String(error || 'refused');
     const more = detail ? String(detail) : '';
-    const known = REASONS[more] || REASONS[code];
+    // A pair refused for the failed tries before it is not "too many actions at once".
+    const pairing = code === 'rate_limited' && /pairing/.test(more);
+    const known = pairing ? 'too many tries with codes that did not work, from here' : REASONS[more] || REASONS[code];
     if (!known) return { words: code.replace(/_/g, ' ') + (more ? ': ' + more : ''), code };
     const wait = /retry after \d+ s/.exec(more);
     let words = known;
@@ -957,7 +988,8 @@
     S.truth = state;
     // A refusal speaks of the board it was made on: the seat's own next move, any new
     // event and the game's end all make it old news.
-    if (state.ref || !before || state.seq !== before.seq || (state.result && state.result.status !== 'in_progress')) showNotice('');
+    if (S.keepNotice) S.keepNotice = false;
+    else if (state.ref || !before || state.seq !== before.seq || (state.result && state.result.status !== 'in_progress')) showNotice('');
     if (state.phase !== 'waiting' && S.session.pairingCode) {
       delete S.session.pairingCode;
       delete S.session.expiresAt;
@@ -1096,7 +1128,7 @@
       if (S.pending) return 'sending your choice';
       if (v.committed && v.committed[seat]) return 'your choice is sealed; waiting for your opponent';
       if (state.notice === 'held_choice_lost') return 'your choice was lost in a hub restart; choose again';
-      if (myPendingChoice(v)) return 'you chose ' + myPendingChoice(v) + '; it is sealed on your turn';
+      if (myPendingChoice(v)) return 'you chose ' + myPendingChoice(v) + '; it stays secret and counts when your turn comes (you may still change it)';
       return 'round ' + v.round + ': choose rock, paper or scissors';
     }
     if (!v.toMove) return 'in progress';
@@ -1116,7 +1148,14 @@
   }
 
   function play(move) {
-    if (!canMove()) return;
+    if (!canMove()) {
+      // A square pressed while the opponent is to move sends nothing: say why.
+      const t = S.truth;
+      if (t && t.view && t.phase === 'started' && !over() && !S.pending && S.session.mode === 'seat') {
+        showNotice(kindOf(t.protocol) === 'choices' ? 'Your choice for this round is made; wait for the reveal.' : 'It is not your turn yet.');
+      }
+      return;
+    }
     showNotice('');
     S.news = '';
     const ref = newRef();
@@ -1188,7 +1227,8 @@
     if (focusIn.some((id) => $(id).hidden)) $('status').focus();
 
     if (!started) {
-      drawText(t ? t.board : '');
+      // The pairing box already tells a waiting host what to do.
+      drawText(t && !waiting ? t.board : '');
     } else {
       const kind = kindOf(t.protocol);
       if (kind === 'cells' || kind === 'columns') drawGrid(kind, t.view);
@@ -1197,6 +1237,14 @@
     }
     board.dataset.seq = t && t.seq !== null && t.seq !== undefined ? String(t.seq) : '';
     board.dataset.pending = S.pending ? 'true' : 'false';
+    const keys = $('board-keys');
+    if (keys) keys.hidden = over();
+    let title = TITLE;
+    if (over()) title = 'Game over · ' + TITLE;
+    else if (t && t.phase === 'started' && s.mode === 'seat' && t.view && t.view.toMove === mySeat()) title = 'Your turn · ' + TITLE;
+    if (document.title !== title) document.title = title;
+    // The chain says nothing before the start.
+    $('chain').hidden = !started;
 
     setText($('chain-result'), t ? (t.phase === 'started' ? capital(resultText(t.result, mySeat())) : capital(t.phase)) : '—');
     setText($('chain-seq'), t && t.seq !== null && t.seq !== undefined ? 'seq ' + t.seq : '—');
@@ -1408,7 +1456,7 @@
       setText(cell, mark);
       const cls = 'cell' + (mark ? ' mark-' + mark : '') + (isEarly ? ' pending' : '') + (onLine.has(at) ? ' win' : '') + (at === last && !isEarly ? ' last' : '');
       if (cell.className !== cls) cell.className = cls;
-      setAttr(cell, 'aria-label', 'Row ' + (r + 1) + ', column ' + (c + 1) + ': ' + (mark || 'empty') + (isEarly ? ' (sending)' : ''));
+      setAttr(cell, 'aria-label', 'Row ' + (r + 1) + ', column ' + (c + 1) + ': ' + (mark || 'empty') + (isEarly ? ' (sending)' : '') + (onLine.has(at) ? ', winning line' : ''));
       if (cell.tagName === 'BUTTON') setAttr(cell, 'aria-disabled', movable ? 'false' : 'true');
     }
     for (const b of board.querySelectorAll('.drop')) {

@@ -239,6 +239,18 @@ async fn tic_tac_toe(
         ])
     );
     screenshot(&x, "x-waiting").await;
+    // Before the start the chain says nothing, and is not shown; Copy says what it did
+    // beside the button (headless, the clipboard may refuse: the code is selected then).
+    assert_eq!(
+        eval(&x, "document.getElementById('chain').hidden").await,
+        json!(true)
+    );
+    click(&x, "#copy-code").await;
+    let copied = eval(&x, "document.getElementById('copy-said').textContent").await;
+    assert!(
+        copied == json!("Copied.") || copied == json!("Selected: copy it by hand."),
+        "{copied}"
+    );
     open(&o, base).await;
     join(&o, &code, &game).await;
     for (who, c) in [("O", &o), ("X", &x)] {
@@ -253,6 +265,19 @@ async fn tic_tac_toe(
     )
     .await;
     wait_eq(&o, "O", STATUS, json!("Waiting for X.")).await;
+    // A tab in the background tells whose turn it is.
+    wait_eq(&x, "X", "document.title", json!("Your turn · pipehub")).await;
+    assert_eq!(eval(&o, "document.title").await, json!("pipehub"));
+    // A square pressed out of turn sends nothing, and says why.
+    click(&o, "#board .cell[data-row=\"2\"][data-col=\"2\"]").await;
+    wait_eq(
+        &o,
+        "O",
+        "(() => { const n = document.getElementById('notice'); return !n.hidden && n.textContent; })()",
+        json!("It is not your turn yet."),
+    )
+    .await;
+    assert_eq!(eval(&o, &cell(2, 2)).await, json!(null), "an empty square");
     // The message log, the connection line and the list of games are not live regions:
     // the status line and the notice tell each event once.
     assert_eq!(
@@ -841,6 +866,17 @@ async fn lobby_edges(x: Client, s: Client, hub: &pipehub_tests::Hub, inbox: &str
         json!("Could not join: the hub cannot be reached."),
     )
     .await;
+    // The alert sits above the forms: at phone width it is brought into sight.
+    assert_eq!(
+        eval(
+            &s,
+            "(() => { const b = document.getElementById('alert').getBoundingClientRect(); \
+              return b.top >= 0 && b.bottom <= window.innerHeight; })()"
+        )
+        .await,
+        json!(true),
+        "the join's error is out of sight"
+    );
     eval(
         &s,
         "(() => { window.fetch = window.realFetch; return true; })()",
