@@ -393,3 +393,33 @@ fn a_game_nobody_joined_shows_its_code_a_fresh_one_once_expired_and_resign_cance
     let text = listed["text"].as_str().unwrap_or_default();
     assert!(text.contains("could not read 1 seat file"), "{text}");
 }
+
+/// Seats are kept per hub: an agent started with `--hub` written another way does not
+/// play them, and says where they are rather than show none.
+#[test]
+fn seats_of_another_hub_address_are_named_not_hidden() {
+    let hub = Hub::start(&[]);
+    let work = tempfile::tempdir().expect("a temporary directory");
+    let state = work.path().join("x");
+    let mut x = mcp_support::Agent::start(&hub.base, &state, &work.path().join("x0.log"));
+    let created = x.ok("game_new", json!({"protocol": "pipehub:tic-tac-toe"}));
+    let game = created["game"].as_str().expect("a game").to_string();
+    x.stop();
+    let other = hub.base.replace("127.0.0.1", "localhost");
+    let mut x = mcp_support::Agent::start(&other, &state, &work.path().join("x1.log"));
+    let listed = x.call("game_list", json!({}));
+    assert_eq!(
+        listed["structuredContent"]["otherHubs"],
+        json!([{"hub": hub.base, "seats": 1}]),
+        "{listed}"
+    );
+    let text = listed["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&format!("1 seat of {}", hub.base)), "{text}");
+    let board = x.call("game_board", json!({"game": game}));
+    assert_eq!(board["isError"], true, "{board}");
+    let text = board["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(&format!("start the agent with --hub {}", hub.base)),
+        "{text}"
+    );
+}

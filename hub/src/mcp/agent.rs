@@ -61,6 +61,8 @@ pub struct Agent {
     watchers: Mutex<HashMap<String, JoinHandle<()>>>,
     /// Seat files found at start that could not be read: `game_list` names them.
     damaged: Vec<String>,
+    /// Seats kept in the state directory for other hubs, as (hub, game).
+    elsewhere: Vec<(String, String)>,
     /// Held by a `game_new` or `game_join` from its look for a waiting seat until the
     /// seat is saved with its token: two calls at once must not both send one waiting
     /// seat's request.
@@ -81,6 +83,7 @@ impl Agent {
         let store = Store::open(&config.state_dir)?;
         let client = HubClient::new(&config.hub)?;
         let (mut records, damaged) = store.load(client.base())?;
+        let elsewhere = store.elsewhere(client.base())?;
         // Seat X first: should two records of one game remain (an agent of an earlier
         // release could redeem its own code), the seat it made is the one it keeps.
         records.sort_by_key(|r| r.seat != "X");
@@ -94,6 +97,7 @@ impl Agent {
             seats: Mutex::new(HashMap::new()),
             watchers: Mutex::new(HashMap::new()),
             damaged,
+            elsewhere,
             asking: tokio::sync::Mutex::new(()),
         });
         for record in records {
@@ -146,6 +150,14 @@ impl Agent {
     fn seat(&self, game: &str) -> Result<Arc<SeatHandle>, AgentError> {
         let found = self.seats.lock().ok().and_then(|s| s.get(game).cloned());
         found.ok_or_else(|| {
+            if let Some((hub, _)) = self.elsewhere.iter().find(|(_, g)| g == game) {
+                return AgentError::Usage(format!(
+                    "this agent plays on {}, and its seat in game {} is of the hub {hub}: start \
+the agent with --hub {hub} to play it",
+                    self.ctx.client.base(),
+                    shown_id(game)
+                ));
+            }
             AgentError::Usage(format!(
                 "this agent holds no seat in game {}; game_list shows the games it holds",
                 shown_id(game)
@@ -634,6 +646,19 @@ this is the game as last verified. Call game_wait again.";
             });
         }
         let mut list = json!({ "seats": seats });
+        if !self.elsewhere.is_empty() {
+            let mut hubs: Vec<(String, usize)> = Vec::new();
+            for (hub, _) in &self.elsewhere {
+                match hubs.last_mut() {
+                    Some((last, n)) if last == hub => *n += 1,
+                    _ => hubs.push((hub.clone(), 1)),
+                }
+            }
+            list["otherHubs"] = hubs
+                .into_iter()
+                .map(|(hub, seats)| json!({"hub": hub, "seats": seats}))
+                .collect();
+        }
         if !self.damaged.is_empty() {
             list["damaged"] = json!(self.damaged);
         }

@@ -340,6 +340,21 @@ impl Store {
         damaged.sort();
         Ok((seats, damaged))
     }
+
+    /// The complete seats kept here for hubs other than `hub`, as (hub, game), sorted: an
+    /// agent started with `--hub` written another way does not play them, and says so
+    /// rather than let the person think them lost.
+    pub fn elsewhere(&self, hub: &str) -> std::io::Result<Vec<(String, String)>> {
+        let mut seats: Vec<(String, String)> = self
+            .records()?
+            .into_iter()
+            .flatten()
+            .filter(|r| r.hub != hub && r.token.is_some())
+            .filter_map(|r| Some((r.hub.clone(), r.game.clone()?)))
+            .collect();
+        seats.sort();
+        Ok(seats)
+    }
 }
 
 #[cfg(unix)]

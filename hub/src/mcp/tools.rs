@@ -376,6 +376,24 @@ fn listing(list: Value) -> CallToolResult {
             standing(s)
         ));
     }
+    if let Some(hubs) = list["otherHubs"].as_array().filter(|h| !h.is_empty()) {
+        let said: Vec<String> = hubs
+            .iter()
+            .map(|h| {
+                let n = h["seats"].as_u64().unwrap_or(0);
+                format!(
+                    "{n} seat{} of {}",
+                    if n == 1 { "" } else { "s" },
+                    state::escape(h["hub"].as_str().unwrap_or("?"))
+                )
+            })
+            .collect();
+        text.push_str(&format!(
+            "Its state directory also holds {}: this agent plays only on its own hub; start it with \
+that --hub to play them.\n",
+            said.join(", ")
+        ));
+    }
     if let Some(files) = list["damaged"].as_array().filter(|f| !f.is_empty()) {
         let names: Vec<&str> = files.iter().filter_map(Value::as_str).collect();
         text.push_str(&format!(
