@@ -290,7 +290,19 @@ fn renders_a_text_board() {
     board.apply(Seat::X, &rc(0, 0)).expect("legal");
     board.apply(Seat::O, &rc(1, 2)).expect("legal");
     let text = board.render(games::Viewer::Spectator);
-    assert_eq!(text, "X . .\n. . O\n. . .\nX to move");
+    assert_eq!(text, "  0 1 2\n0 X . .\n1 . . O\n2 . . .\nX to move");
+    // Numbers past 9 are padded, so the columns line up.
+    let wide = protocol.rules(
+        &json!({"rows": 2, "cols": 11})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let wide = protocol.new_board(&wide.expect("rules"));
+    assert_eq!(
+        wide.render(games::Viewer::Spectator),
+        "    0  1  2  3  4  5  6  7  8  9 10\n 0  .  .  .  .  .  .  .  .  .  .  .\n 1  .  .  .  .  .  .  .  .  .  .  .\nX to move"
+    );
     let view = serde_json::to_value(board.view(games::Viewer::Spectator)).expect("json");
     assert_eq!(view["toMove"], "X");
     assert_eq!(view["cells"][1][2], "O");
