@@ -154,9 +154,12 @@
     notice.hidden = text === '';
   }
 
-  function setConn(text) {
-    $('conn').textContent = text;
-    document.body.dataset.conn = text;
+  // `state` is also the body's `data-conn`; the footer says it in words ("offline" in the
+  // lobby looked like a fault: no game is open there, so nothing is connected).
+  const CONN_WORDS = { offline: 'none (no game open)' };
+  function setConn(state) {
+    $('conn').textContent = CONN_WORDS[state] || state;
+    document.body.dataset.conn = state;
   }
 
   function saveSession() {
