@@ -80,8 +80,8 @@ pub enum AgentError {
     /// refused before a seat is made for it.
     #[error("the rules are refused: {0}")]
     Rules(String),
-    /// The referee rejected an event this agent wrote.
-    #[error("the move was rejected: {reason}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    /// The referee rejected an event this agent wrote (a move, a choice or a resign).
+    #[error("the referee refused it: {reason}{}", detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
     Rejected {
         reason: String,
         detail: Option<String>,
