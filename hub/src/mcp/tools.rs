@@ -433,13 +433,17 @@ fn standing(s: &Value) -> String {
 
 /// A refused move or resign: the seat's state with the refusal's `error` and `detail`
 /// added, and the reason before the board in the text.
+///
 /// A move the hub's rate limit turned away is sent again as it was, once the wait is
 /// over (`retryAfter`, in seconds): the person chose it already.
 fn refusal(e: &AgentError, answer: Answer) -> CallToolResult {
     let reason = e.to_string();
     let board = state::text(&answer.state, answer.note.as_deref(), answer.captures);
     let mut structured = answer.state;
-    let retry = e.retry_after().map(|d| d.as_secs().max(1));
+    let retry = e
+        .retry_after()
+        .filter(|_| e.code() == "rate_limited")
+        .map(|d| d.as_secs().max(1));
     if let Value::Object(fields) = &mut structured {
         fields.insert("error".into(), Value::from(e.code()));
         fields.insert("detail".into(), Value::from(reason.clone()));
