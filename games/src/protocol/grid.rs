@@ -313,31 +313,30 @@ impl Grid {
         out.push(b'}');
     }
 
-    /// Rows of `X . O`, then one line saying whose turn it is or how it ended.
     /// The board as text: the column numbers over it and each row's number before it,
     /// 0-based as a move names them (a reader counting dots across seven columns is
     /// easily off by one), a cell `X`, `O` or `.`; then who moves, or how it ended.
     pub fn render(&self) -> String {
-        // Every number as wide as the widest, so the columns line up.
-        let width = (self.rows.max(self.cols).saturating_sub(1))
-            .to_string()
-            .len();
+        use std::fmt::Write;
+        // Every number as wide as the widest, so the columns line up. Written in place:
+        // every state a move sends carries this text.
+        let mut width = 1;
+        let mut rest = self.rows.max(self.cols).saturating_sub(1) / 10;
+        while rest > 0 {
+            width += 1;
+            rest /= 10;
+        }
         let mut out = String::with_capacity((self.rows + 1) * (self.cols + 1) * (width + 1) + 12);
-        let pad = |out: &mut String, text: &str| {
-            out.extend(std::iter::repeat_n(' ', width.saturating_sub(text.len())));
-            out.push_str(text);
-        };
-        pad(&mut out, "");
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "{:width$}", "");
         for c in 0..self.cols {
-            out.push(' ');
-            pad(&mut out, &c.to_string());
+            let _ = write!(out, " {c:>width$}");
         }
         out.push('\n');
         for r in 0..self.rows {
-            pad(&mut out, &r.to_string());
+            let _ = write!(out, "{r:>width$}");
             for c in 0..self.cols {
-                out.push(' ');
-                pad(&mut out, self.get(r, c).map_or(".", Seat::as_str));
+                let _ = write!(out, " {:>width$}", self.get(r, c).map_or(".", Seat::as_str));
             }
             out.push('\n');
         }
