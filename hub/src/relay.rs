@@ -108,6 +108,7 @@ impl Rooms for HubRooms {
         let cause = match publication.cause {
             Cause::Accepted { seat, .. } => ::relay::Cause::Accepted { seat },
             Cause::Phase => ::relay::Cause::Phase,
+            Cause::Held { seat } => ::relay::Cause::Held { seat },
             // Told with no views: there is nothing left to show.
             Cause::Cancelled => ::relay::Cause::Cancelled,
         };

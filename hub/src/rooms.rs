@@ -56,6 +56,9 @@ pub enum Cause {
     /// A seat joined or the game's phase changed without an event (O paired), or a
     /// rebuilt actor tells its room where the game stands.
     Phase,
+    /// A seat's rock-paper-scissors choice is held for its commit turn: only that seat's
+    /// own view changed (it shows the choice), at the same seq.
+    Held { seat: Seat },
     /// The host cancelled the game before anyone joined: it is gone, and there are no
     /// views to publish (see [`Publication::cancelled`]).
     Cancelled,
@@ -83,8 +86,8 @@ impl Publication {
     }
 }
 
-/// The fan-out interface. Actors call [`Rooms::publish`] once per accepted event; it must
-/// not block (the actor is adjudicating other events meanwhile).
+/// The fan-out interface. Actors call [`Rooms::publish`] once per accepted event (and once
+/// per held choice, with that seat's view alone); it must not block (the actor is adjudicating other events meanwhile).
 pub trait Rooms: Send + Sync {
     fn publish(&self, publication: Publication);
 

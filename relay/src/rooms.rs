@@ -2,9 +2,9 @@
 //!
 //! A room is keyed by (inbox, game) and exists while at least one socket watches the game.
 //! The hub's actor for the game publishes each accepted event (and each phase change, such
-//! as O pairing) once, as a [`Delivery`] holding the three finished frames (X's, O's and
-//! the spectator's view); the room hands the same `Arc` to every subscriber, each of which
-//! picks its own viewer's frame. Nothing is serialized or copied per socket.
+//! as O pairing, and each held rock-paper-scissors choice) once, as a [`Delivery`] holding
+//! the finished frames (X's, O's and the spectator's view, those someone watches); the room
+//! hands the same `Arc` to every subscriber, each of which picks its own viewer's frame. Nothing is serialized or copied per socket.
 //!
 //! Every subscriber has a bounded queue ([`ROOM_QUEUE`]). Publishing never waits: a
 //! subscriber whose queue is full is removed from the room on the spot, and its session,
@@ -99,6 +99,9 @@ pub enum Cause {
     Accepted { seat: Option<Seat> },
     /// A phase change without an event (O paired).
     Phase,
+    /// A seat's rock-paper-scissors choice is held for its commit turn: its own view, the
+    /// only one published, shows the choice at the seq it already had.
+    Held { seat: Seat },
     /// The host cancelled the game before anyone joined: it is gone, and its publication
     /// carries no views. Its sockets are told, and stop watching it.
     Cancelled,

@@ -143,6 +143,32 @@ impl Games for Script {
             self.seen().await;
             return Ok(Outcome::Accepted(self.frame(Some(seat.seat), now + 1)));
         }
+        if mv["hold"] == true {
+            // A rock-paper-scissors choice held for the seat's commit turn: no event, the
+            // seat's own view alone shows it, at the seq it had, published to the room
+            // (every socket of that seat) as the mover is answered with it.
+            let held = StateFrame::encode(
+                Some(now),
+                &json!({"game": "g", "seat": seat.seat.as_str(), "seq": now, "held": true}),
+            )
+            .expect("an object");
+            let mut views = Views::default();
+            match seat.seat {
+                Seat::X => views.x = Some(held.clone()),
+                Seat::O => views.o = Some(held.clone()),
+            }
+            let delivery = Delivery {
+                cause: Cause::Held { seat: seat.seat },
+                views,
+            };
+            if let Some(late) = &self.late {
+                late.lock().expect("not poisoned").push(delivery);
+            } else {
+                self.rooms.publish("i", "g", delivery);
+                self.seen().await;
+            }
+            return Ok(Outcome::Held(held));
+        }
         let seq = now + 1;
         self.seq.store(seq, Ordering::SeqCst);
         let delivery = Delivery {
@@ -422,6 +448,39 @@ async fn a_publication_that_comes_after_the_answer_is_not_shown_twice() {
             recv(&mut o).await,
             json!({"t": "game.state", "game": "g", "seat": "O", "seq": seq})
         );
+    }
+}
+
+#[actix_rt::test]
+async fn a_held_choice_reaches_every_socket_of_its_seat_once_whichever_comes_first() {
+    for late in [false, true] {
+        let served = serve_recording(100, Heartbeat::default(), late).await;
+        let mut x = seated(&served.url, "tx").await;
+        let mut x_tab = seated(&served.url, "tx").await;
+        let mut o = seated(&served.url, "to").await;
+        send(
+            &mut x,
+            json!({"t": "game.move", "move": {"hold": true}, "ref": "h"}),
+        )
+        .await;
+        let held = json!({"t": "game.state", "game": "g", "seat": "X", "seq": 0, "held": true});
+        let mut with_ref = held.clone();
+        with_ref["ref"] = json!("h");
+        assert_eq!(recv(&mut x).await, with_ref, "late: {late}");
+        served.publish_late().await;
+        assert_eq!(recv(&mut x_tab).await, held, "late: {late}");
+        // Nothing more on the chooser's socket (the same state again) nor on O's: the next
+        // move's state is what comes next on each.
+        send(&mut o, json!({"t": "game.move", "move": {}, "ref": "o"})).await;
+        assert_eq!(recv(&mut o).await["ref"], "o", "late: {late}");
+        served.publish_late().await;
+        let next = recv(&mut x).await;
+        assert_eq!(
+            (next["seq"].clone(), next.get("held")),
+            (json!(1), None),
+            "late: {late}"
+        );
+        assert_eq!(recv(&mut x_tab).await["seq"], 1, "late: {late}");
     }
 }
 

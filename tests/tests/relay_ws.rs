@@ -217,15 +217,22 @@ async fn rock_paper_scissors_views_never_carry_the_other_seats_choice_or_a_nonce
         .send(json!({"t": "game.subscribe", "inbox": g.inbox, "game": g.game}))
         .await;
     watcher.until("game.state", None).await;
+    // O's seat is open in a second tab too.
+    let mut o_tab = Ws::connect(&hub).await;
+    o_tab.hello(Some(&g.o)).await;
 
-    // O chooses before X has committed: held, and O's own view shows it.
+    // O chooses before X has committed: held, and O's own view shows it, once, with the
+    // choice's ref; O's other tab is shown it too, at the same seq.
     o.send(json!({"t": "game.move", "move": {"choice": "rock"}, "ref": "o1"}))
         .await;
     let held = o.until("game.state", None).await;
     assert_eq!(held["ref"], "o1", "{held}");
-    assert!(
-        held.to_string().contains("rock"),
-        "O sees its held choice: {held}"
+    assert_eq!(held["view"]["pendingChoice"], "rock", "{held}");
+    let elsewhere = o_tab.until("game.state", None).await;
+    assert_eq!(elsewhere["view"]["pendingChoice"], "rock", "{elsewhere}");
+    assert_eq!(
+        (elsewhere["seq"].clone(), elsewhere.get("ref")),
+        (held["seq"].clone(), None)
     );
     // X chooses: the hub commits both and reveals both; the game ends.
     x.send(json!({"t": "game.move", "move": {"choice": "paper"}, "ref": "x1"}))
@@ -264,7 +271,15 @@ async fn rock_paper_scissors_views_never_carry_the_other_seats_choice_or_a_nonce
     before(&x.frames, 4, "rock");
     before(&watcher.frames, 4, "rock");
     before(&o.frames, 3, "paper");
+    before(&o_tab.frames, 3, "paper");
     before(&watcher.frames, 3, "paper");
+    // The chooser's socket was told its held choice once: a frame of the same seq and
+    // bytes is not sent twice.
+    let held_frames = o.frames.iter().filter(|f| {
+        let v: Value = serde_json::from_str(f).expect("JSON");
+        v["seq"] == held["seq"] && v["view"]["pendingChoice"] == "rock"
+    });
+    assert_eq!(held_frames.count(), 1, "{:?}", o.frames);
     // The views did show the choices once revealed.
     assert!(x.frames.last().is_some_and(|f| f.contains("rock")));
 }

@@ -135,6 +135,7 @@ fn encode(node: &str, inbox: &str, game: &str, delivery: &Delivery) -> String {
     let (cause, seat) = match delivery.cause {
         Cause::Accepted { seat } => ("a", seat_code(seat)),
         Cause::Phase => ("p", Value::Null),
+        Cause::Held { seat } => ("h", seat_code(Some(seat))),
         Cause::Cancelled => ("x", Value::Null),
     };
     let v = &delivery.views;
@@ -173,6 +174,10 @@ fn decode(message: &str) -> Option<(String, String, String, Delivery)> {
             seat: header["s"].as_str().and_then(Seat::parse),
         },
         "x" => Cause::Cancelled,
+        "h" => match header["s"].as_str().and_then(Seat::parse) {
+            Some(seat) => Cause::Held { seat },
+            None => Cause::Phase,
+        },
         _ => Cause::Phase,
     };
     Some((
@@ -339,6 +344,21 @@ mod tests {
         let (_, _, _, back) = decode(&encode("n1", "box", "g1", &cancelled)).expect("readable");
         assert_eq!(back.cause, Cause::Cancelled);
         assert!(back.views.x.is_none() && back.views.o.is_none() && back.views.spectator.is_none());
+        // A held choice crosses with its seat, and only that seat's view.
+        let held = Delivery {
+            cause: Cause::Held { seat: Seat::O },
+            views: Views {
+                o: Some(frame(2, "O")),
+                ..Views::default()
+            },
+        };
+        let (_, _, _, back) = decode(&encode("n1", "box", "g1", &held)).expect("readable");
+        assert_eq!(back.cause, Cause::Held { seat: Seat::O });
+        assert_eq!(
+            back.views.o.as_ref().map(StateFrame::frame),
+            held.views.o.as_ref().map(StateFrame::frame)
+        );
+        assert!(back.views.x.is_none() && back.views.spectator.is_none());
     }
 
     #[tokio::test]

@@ -152,17 +152,22 @@ impl Session {
         // the state read on joining, came first): then it would be a duplicate. Before the
         // start there is no seq to go by, and a publication (a rebuilt actor telling its
         // room where the game stands) can be the very state read on joining: a duplicate
-        // too, by its bytes.
+        // too, by its bytes. A held choice changes its seat's view at the same seq: it is
+        // a duplicate only of those very bytes.
+        let held = matches!(delivery.cause, Cause::Held { .. });
         let shown = watch.latest.as_ref().is_some_and(|l| match state.seq() {
-            Some(_) => l.seq() == state.seq(),
-            None => l.seq().is_none() && l.frame() == state.frame(),
+            Some(_) if !held => l.seq() == state.seq(),
+            _ => l.seq() == state.seq() && l.frame() == state.frame(),
         });
         let before = watch.latest.as_ref().and_then(StateFrame::seq);
         if shown || !watch.adopt(state.clone()) {
             return;
         }
-        let own =
-            delivery.cause == Cause::Accepted { seat: watch.viewer } && watch.viewer.is_some();
+        let own = watch.viewer.is_some_and(|seat| match delivery.cause {
+            Cause::Accepted { seat: poster } => poster == Some(seat),
+            Cause::Held { seat: chooser } => chooser == seat,
+            Cause::Phase | Cause::Cancelled => false,
+        });
         if playing && (own || !watch.held.is_empty()) {
             // The answer to this socket's move sends its own state, with the mover's ref;
             // what came after it waits, so as not to overtake it.

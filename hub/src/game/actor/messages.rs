@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use super::{idx, GameActor, FINISHED_LINGER};
 use crate::game::custody;
-use crate::game::state::GameState;
+use crate::game::state::{GameState, SharedState};
 use crate::game::types::GameSummary;
 use crate::game::writer::{self, Posting};
 use crate::game::HubError;
@@ -127,7 +127,8 @@ pub enum Chosen {
 /// A held choice's answer.
 #[derive(Debug)]
 pub struct Held {
-    pub state: Box<GameState>,
+    /// The seat's state, showing the held choice (the same one its room was handed).
+    pub state: Arc<SharedState>,
     /// Resolves once the seat's held mark is in the store (true) or could not be put
     /// (false). Written by the actor, so that it stays ordered with the mark's removal
     /// when the choice is committed.
@@ -137,7 +138,7 @@ pub struct Held {
 impl Held {
     /// Waits until the seat's held mark is in the store, so that a hub stopping right after
     /// the answer still tells the seat, when it is back, that its choice was lost.
-    pub async fn marked(self) -> Box<GameState> {
+    pub async fn marked(self) -> Arc<SharedState> {
         if let Some(marked) = self.marked {
             if !marked.await.unwrap_or(false) {
                 tracing::warn!("held choice's mark not stored: a restart would not tell its seat");
@@ -238,10 +239,9 @@ impl Handler<Choose> for GameActor {
         }
         // It may be this seat's commit turn with a write of ours in flight: commit then.
         self.write_owed(ctx);
-        Ok(Chosen::Held(Held {
-            state: Box::new(self.state(Viewer::Seat(msg.seat))?),
-            marked,
-        }))
+        let state = SharedState::new(self.state(Viewer::Seat(msg.seat))?);
+        self.show_held(msg.seat, &state);
+        Ok(Chosen::Held(Held { state, marked }))
     }
 }
 

@@ -36,6 +36,21 @@ impl GameActor {
         }
     }
 
+    /// Shows a seat's held choice (`state`, its own view) to every socket of that seat, the
+    /// poster's and its other tabs' alike: no event was accepted, so no other view changed.
+    pub(super) fn show_held(&mut self, seat: Seat, state: &Arc<SharedState>) {
+        let watchers = self.engine.rooms.watchers(&self.inbox, &self.game);
+        if !watchers.watches(Some(seat)) {
+            return;
+        }
+        let mut views = Views::default();
+        match seat {
+            Seat::X => views.x = Some(state.clone()),
+            Seat::O => views.o = Some(state.clone()),
+        }
+        self.publish(Cause::Held { seat }, Arc::new(views));
+    }
+
     /// Keeps the game's listing entry current, then hands the views that were built to the
     /// room (when somebody watches).
     pub(super) fn publish(&mut self, cause: Cause, views: Arc<Views>) {

@@ -172,7 +172,7 @@ impl Hub {
                 capture: None,
                 hash: None,
                 verdict: Verdict::Held,
-                state: Some(crate::game::SharedState::new(*held.marked().await)),
+                state: Some(held.marked().await),
                 refusal: None,
             }),
         }

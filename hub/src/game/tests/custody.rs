@@ -48,9 +48,16 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
         EntryVerdict::Ok
     );
     // Each accepted event reached the room once, with every seat's own view; a spectator
-    // never saw a pending choice.
-    let mut published = 0;
+    // never saw a pending choice. Each held choice reached it too, with its seat's view
+    // alone.
+    let (mut published, mut held) = (0, Vec::new());
     while let Ok(publication) = room.try_recv() {
+        if publication.cause == (Cause::Held { seat: Seat::O }) {
+            let views = &publication.views;
+            assert!(views.x.is_none() && views.spectator.is_none(), "{views:?}");
+            held.push(views.o.as_ref().and_then(|o| pending_choice(o)));
+            continue;
+        }
         // (The start may or may not be seen: `pair` answers as it is accepted, and its
         // views may have been built before this room was watched, so only the poster's.)
         // (A subscriber of these rooms takes every viewer's view.)
@@ -72,6 +79,7 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
         assert!(x_pending.is_none() || x_pending == Some(json!("scissors")));
     }
     assert_eq!(published, 4);
+    assert_eq!(held, [Some(json!("rock")), Some(json!("paper"))]);
     // A choice that is no choice is refused without touching the inbox.
     assert_eq!(
         f.hub
