@@ -1242,6 +1242,7 @@
     board.dataset.pending = S.pending ? 'true' : 'false';
     const keys = $('board-keys');
     if (keys) keys.hidden = over();
+    showWide();
     let title = TITLE;
     if (over()) title = 'Game over · ' + TITLE;
     else if (t && t.phase === 'started' && s.mode === 'seat' && t.view && t.view.toMove === mySeat()) title = 'Your turn · ' + TITLE;
@@ -1391,6 +1392,13 @@
     const pre = board.querySelector('pre');
     setText(pre, text || '');
     pre.hidden = !text;
+  }
+
+  // A board too wide for the screen scrolls sideways, which nothing else would show on a
+  // phone (its scrollbar is hidden until touched): a line above it says so.
+  function showWide() {
+    const board = $('board');
+    $('board-wide').hidden = board.scrollWidth <= board.clientWidth + 1;
   }
 
   // The grid is built once per shape and then updated in place, so a keyboard user's focus
@@ -1612,6 +1620,8 @@
         onWatchId();
       }
     });
+    // The board's width changes with the window's (a phone turned sideways, say).
+    if (window.ResizeObserver) new ResizeObserver(showWide).observe($('board'));
     $('game-title').tabIndex = -1;
     $('status').tabIndex = -1;
     $('mine-title').tabIndex = -1;

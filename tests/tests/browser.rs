@@ -751,6 +751,22 @@ async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
         json!(true),
         "the board overflows its column"
     );
+    // In a column too narrow for the board, it scrolls sideways, and a line says so.
+    let wide = "!document.getElementById('board-wide').hidden";
+    assert_eq!(eval(&x, wide).await, json!(false));
+    eval(
+        &x,
+        "(() => { document.querySelector('main').style.maxWidth = '150px'; return true; })()",
+    )
+    .await;
+    wait_eq(&x, "X", wide, json!(true)).await;
+    screenshot(&x, "x-board-wider-than-its-column").await;
+    eval(
+        &x,
+        "(() => { document.querySelector('main').style.maxWidth = ''; return true; })()",
+    )
+    .await;
+    wait_eq(&x, "X", wide, json!(false)).await;
     // Back in the lobby the seat is kept under "Your games", and resumes the game.
     click(&x, "#leave").await;
     let resume = format!("#mine-list button[data-resume=\"{game}\"]");
