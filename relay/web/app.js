@@ -862,13 +862,22 @@
     };
   }
 
+  // Backoff doubles from 500 ms to RETRY_MAX_MS, each wait drawn between half of it and
+  // all of it, so that the pages of a hub that restarted come back spread out, not at once.
   function scheduleReconnect() {
     if (!S.session) return;
-    const delay = Math.min(RETRY_MAX_MS, 500 * 2 ** S.retry);
+    const ceiling = Math.min(RETRY_MAX_MS, 500 * 2 ** S.retry);
+    const delay = ceiling / 2 + Math.random() * (ceiling / 2);
     S.retry += 1;
     setConn('reconnecting');
     S.retryTimer = setTimeout(connect, delay);
     render();
+  }
+
+  // The browser is back online, or its tab is shown again (a phone may have slept through
+  // its retries): try now, not at the end of a backoff that may have grown to 10 s.
+  function reconnectNow() {
+    if (S.session && !S.ws) connect();
   }
 
   function send(msg) {
@@ -1619,6 +1628,10 @@
         e.preventDefault();
         onWatchId();
       }
+    });
+    window.addEventListener('online', reconnectNow);
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState === 'visible') reconnectNow();
     });
     // The board's width changes with the window's (a phone turned sideways, say).
     if (window.ResizeObserver) new ResizeObserver(showWide).observe($('board'));

@@ -303,8 +303,9 @@ async fn tic_tac_toe(
     eval(
         &s,
         "(() => { const Real = window.WebSocket; window.sockets = []; \
+           window.attempts = 0; \
            window.WebSocket = class extends Real { constructor(url, protocols) { \
-             if (window.blockWs) throw new Error('offline'); \
+             window.attempts += 1; if (window.blockWs) throw new Error('offline'); \
              super(url, protocols); window.sockets.push(this); } }; return true; })()",
     )
     .await;
@@ -417,6 +418,16 @@ async fn tic_tac_toe(
         json!("reconnecting"),
     )
     .await;
+    // When the browser says it is online again, the page tries at once rather than at the
+    // end of its backoff (refused here, so it goes on waiting).
+    assert_eq!(
+        eval(
+            &s,
+            "(() => { const n = window.attempts; window.dispatchEvent(new Event('online')); return window.attempts - n; })()"
+        )
+        .await,
+        json!(1)
+    );
     let players = [("X", &x), ("O", &o)];
     // This move is made from the keyboard. The board is one tab stop, where the focus was
     // last (the refused cell); the arrow keys, Home and End move between the cells, Tab
@@ -464,7 +475,11 @@ async fn tic_tac_toe(
     );
     play_cell(&o, &players, 2, 2, "O", 4).await;
     // Back online, the spectator's page gets the board of seq 4 and tells both moves.
-    eval(&s, "(() => { window.blockWs = false; return true; })()").await;
+    eval(
+        &s,
+        "(() => { window.blockWs = false; window.dispatchEvent(new Event('online')); return true; })()",
+    )
+    .await;
     wait_eq(&s, "spectator", SEQ, json!("4")).await;
     wait_eq(
         &s,
