@@ -228,7 +228,7 @@ impl Games for HubGames {
     ) -> Result<StateFrame, Failure> {
         let viewer = seat.map_or(Viewer::Spectator, Viewer::Seat);
         let state = self.hub.state(inbox, game, viewer).await.map_err(failure)?;
-        StateFrame::encode(state.seq, &state).map_err(|e| Failure::new("internal", e.to_string()))
+        encode(&state)
     }
 
     async fn play(&self, seat: &SeatRef, mv: Value) -> Result<Outcome, Failure> {

@@ -282,7 +282,7 @@ async fn resend_current(hub: &Hub, rooms: &Rooms) {
             let Ok(state) = hub.state(&inbox, &game, viewer).await else {
                 break;
             };
-            let Ok(frame) = StateFrame::encode(state.seq, &state) else {
+            let Ok(frame) = state.frame().cloned() else {
                 break;
             };
             frames.push(Some(frame));

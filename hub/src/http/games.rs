@@ -235,7 +235,8 @@ pub async fn game_state(
 ) -> Result<HttpResponse, ApiError> {
     let (inbox, game) = path.into_inner();
     extract::check_inbox(&inbox)?;
-    Ok(HttpResponse::Ok().json(state.hub.state(&inbox, &game, Viewer::Spectator).await?))
+    let view = state.hub.state(&inbox, &game, Viewer::Spectator).await?;
+    Ok(HttpResponse::Ok().json(&*view))
 }
 
 /// A seat's own state and board.
@@ -256,7 +257,7 @@ pub async fn seat_view(
         .hub
         .state(&inbox, &game, Viewer::Seat(auth.seat))
         .await?;
-    Ok(HttpResponse::Ok().json(view))
+    Ok(HttpResponse::Ok().json(&*view))
 }
 
 /// The accepted chain as JSON Lines, which `pipehub verify` accepts.

@@ -52,6 +52,21 @@ impl Handler<Snapshot> for GameActor {
     }
 }
 
+/// One viewer's state for a reader, shared and kept while it is read again unchanged
+/// ([`GameActor::read`]).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<Arc<SharedState>, HubError>")]
+pub struct ReadState(pub Viewer);
+
+impl Handler<ReadState> for GameActor {
+    type Result = Result<Arc<SharedState>, HubError>;
+
+    fn handle(&mut self, msg: ReadState, _ctx: &mut Self::Context) -> Self::Result {
+        self.last_active = Instant::now();
+        self.read(msg.0)
+    }
+}
+
 /// A game's listing entry, for a listing that holds none for it (or, on a node where
 /// another node adjudicates the game, none it knows to be final). `catch_up`: the game is
 /// adjudicated on another node, so this actor first follows the verdicts recorded there

@@ -28,7 +28,7 @@ mod views;
 
 pub use cluster::{CatchUp, Kick, Retire, TakenOver};
 pub use messages::{
-    Choose, Chosen, Deliver, DraftMove, Export, Paired, Snapshot, Summarize, Unchosen,
+    Choose, Chosen, Deliver, DraftMove, Export, Paired, ReadState, Snapshot, Summarize, Unchosen,
 };
 pub use views::summary;
 
@@ -112,6 +112,8 @@ pub struct GameActor {
     born: Instant,
     /// In a cluster: whether this is a copy of a game another node adjudicates.
     copy: cluster::Following,
+    /// The states readers last asked for, kept once read twice unchanged ([`views::Reads`]).
+    reads: views::Reads,
 }
 
 impl GameActor {
@@ -138,6 +140,7 @@ impl GameActor {
             last_active: born,
             born,
             copy: cluster::Following::default(),
+            reads: views::Reads::default(),
         }
     }
 

@@ -2,14 +2,16 @@
 //! appends anything; a read of a game whose actor is not resident rebuilds it, but a read
 //! of an id that does not exist starts no actor.
 
+use std::sync::Arc;
+
 use games::reason::Reason;
 use games::verify::Prepared;
 use games::{Event, Viewer};
 use serde_json::Value;
 
 use super::Hub;
-use crate::game::actor::{Export, Snapshot, Summarize};
-use crate::game::state::{GameState, Phase};
+use crate::game::actor::{Export, ReadState, Snapshot, Summarize};
+use crate::game::state::{Phase, SharedState};
 use crate::game::types::{CaptureItem, GameSummary, Listing, Verdict};
 use crate::game::HubError;
 use crate::inbox::{Capture, Record, StoreError, StoredVerdict};
@@ -18,13 +20,14 @@ use crate::inbox::{Capture, Record, StoreError, StoredVerdict};
 const LOOKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Hub {
-    /// A game's state for one viewer (`Viewer::Spectator` for `GET …/games/{game}`).
+    /// A game's state for one viewer (`Viewer::Spectator` for `GET …/games/{game}`),
+    /// shared with whoever else reads it unchanged.
     pub async fn state(
         &self,
         inbox: &str,
         game: &str,
         viewer: Viewer,
-    ) -> Result<GameState, HubError> {
+    ) -> Result<Arc<SharedState>, HubError> {
         if self.clustered() {
             // Another node may have created or paired it: the actor's state reads the
             // registration from this node's cache.
@@ -34,7 +37,7 @@ impl Hub {
             return Err(HubError::NotFound("no such game".into()));
         }
         self.catch_up(inbox, game).await?;
-        self.engine.ask(inbox, game, Snapshot(viewer)).await?
+        self.engine.ask(inbox, game, ReadState(viewer)).await?
     }
 
     /// One capture with its verdict.

@@ -91,6 +91,51 @@ async fn rock_paper_scissors_choices_are_held_committed_and_revealed_by_the_hub(
     );
 }
 
+/// Reads a viewer's state through the facade, as a socket's `game.board` does.
+async fn read(f: &Fixture, game: &str, viewer: Viewer) -> Arc<SharedState> {
+    f.hub.state(INBOX, game, viewer).await.expect("state")
+}
+
+#[actix_rt::test]
+async fn a_state_read_again_unchanged_is_kept_until_the_game_or_the_seat_changes() {
+    let f = open(config()).await;
+    let (x, o) = seated(&f, "pipehub:rock-paper-scissors", false).await;
+    // The first read is built and not kept; the second is kept, and the third is it.
+    for viewer in [Viewer::Seat(Seat::O), Viewer::Spectator] {
+        let first = read(&f, &x.game, viewer).await;
+        let second = read(&f, &x.game, viewer).await;
+        let third = read(&f, &x.game, viewer).await;
+        assert!(!Arc::ptr_eq(&first, &second), "{viewer:?}: kept at once");
+        assert!(Arc::ptr_eq(&second, &third), "{viewer:?}: not kept");
+        assert_eq!(*first, *third);
+    }
+    let kept = read(&f, &x.game, Viewer::Seat(Seat::O)).await;
+    let watching = read(&f, &x.game, Viewer::Spectator).await;
+    // O's held choice changes O's state, at the same seq: the kept one is not shown.
+    f.hub
+        .post_move(&o, json!({"choice": "rock"}))
+        .await
+        .expect("held");
+    let held = read(&f, &x.game, Viewer::Seat(Seat::O)).await;
+    assert_eq!(held.seq, kept.seq);
+    assert_eq!(pending_choice(&held), Some(json!("rock")));
+    assert_eq!(pending_choice(&kept), None);
+    // X's choice ends the round: four events later, nobody is shown a kept state.
+    f.hub
+        .post_move(&x, json!({"choice": "paper"}))
+        .await
+        .expect("commit");
+    wait_for_seq(&f, &x.game, 4).await;
+    for (viewer, before) in [
+        (Viewer::Seat(Seat::O), &held),
+        (Viewer::Spectator, &watching),
+    ] {
+        let after = read(&f, &x.game, viewer).await;
+        assert_eq!(after.seq, Some(4), "{viewer:?}");
+        assert!(!Arc::ptr_eq(before, &after), "{viewer:?}");
+    }
+}
+
 #[actix_rt::test]
 async fn a_restarted_hub_rebuilds_games_and_reports_a_lost_held_choice() {
     let inbox = MemInbox::new(2);
@@ -120,7 +165,10 @@ async fn a_restarted_hub_rebuilds_games_and_reports_a_lost_held_choice() {
         .state(INBOX, &x.game, Viewer::Spectator)
         .await
         .expect("state");
-    assert_eq!((after.seq, after.head.clone()), (before.seq, before.head));
+    assert_eq!(
+        (after.seq, after.head.clone()),
+        (before.seq, before.head.clone())
+    );
     let o_state = g
         .hub
         .state(INBOX, &x.game, Viewer::Seat(Seat::O))
@@ -194,6 +242,7 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
         .await
         .expect("state")
         .keys
+        .clone()
         .expect("keys");
     let sign = |mut ev: Event| {
         let prepared = games::verify::Prepared::of(&ev);
@@ -250,7 +299,7 @@ async fn a_hub_held_guest_may_choose_before_an_agent_host_starts_and_commits() {
     let ev = sign(event(
         &x.game,
         3,
-        &s.head.expect("a head"),
+        &s.head.clone().expect("a head"),
         Seat::X,
         Some(reveal),
     ));

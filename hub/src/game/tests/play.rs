@@ -792,7 +792,7 @@ async fn a_rebuild_settles_a_record_without_verdict_in_its_place_in_the_order() 
         .state(INBOX, "gap", Viewer::Spectator)
         .await
         .expect("state");
-    assert_eq!((state.seq, state.head), (Some(2), Some(hc)));
+    assert_eq!((state.seq, state.head.clone()), (Some(2), Some(hc)));
     let item = f.hub.capture(INBOX, captures[1]).await.expect("capture");
     assert_eq!(item.verdict, Verdict::Accepted);
 }

@@ -75,7 +75,8 @@ async fn seat_rules_are_checked_before_the_inbox() {
         .state(INBOX, &x.game, Viewer::Spectator)
         .await
         .expect("state")
-        .head;
+        .head
+        .clone();
     let mv = event(&x.game, 1, &head.unwrap_or_default(), Seat::X, rc(0, 0));
     let no_token = post(&f, mv.clone(), None).await;
     assert!(
@@ -170,7 +171,7 @@ async fn an_agent_held_host_writes_its_own_start_and_the_hub_checks_it() {
         .await
         .expect("state");
     assert_eq!(o_view.board, "paired: waiting for X to start the game");
-    let keys = paired.keys.expect("keys");
+    let keys = paired.keys.clone().expect("keys");
     assert_eq!(keys.x.as_deref(), Some(public.as_str()));
     assert_eq!(
         f.hub

@@ -206,7 +206,7 @@ async fn a_finished_game_leaves_the_seat_cache_and_its_seats_still_answer_from_t
             let mv = event(
                 &x.game,
                 6,
-                &state.head.unwrap_or_default(),
+                &state.head.clone().unwrap_or_default(),
                 Seat::X,
                 rc(2, 2),
             );
