@@ -5,6 +5,7 @@
 //! counting rule). Pairing has its own budget of *failed* attempts per client address, so
 //! codes cannot be guessed while an honest guest is never slowed down.
 
+use actix_web::http::header::ContentType;
 use actix_web::{web, HttpRequest, HttpResponse};
 use games::Viewer;
 use serde::Deserialize;
@@ -15,7 +16,7 @@ use super::error::{ApiError, ErrorBody};
 use super::events::{posted_response, PostedBody, PAGE_DEFAULT, PAGE_MAX};
 use super::extract::{self, REQUEST_BODY_LIMIT};
 use super::AppState;
-use crate::game::{CreateGame, HubError, Phase};
+use crate::game::{CreateGame, HubError, Phase, SharedState};
 use crate::limits::Person;
 
 /// `POST /v1/inboxes/{inbox}/games`.
@@ -236,7 +237,7 @@ pub async fn game_state(
     let (inbox, game) = path.into_inner();
     extract::check_inbox(&inbox)?;
     let view = state.hub.state(&inbox, &game, Viewer::Spectator).await?;
-    Ok(HttpResponse::Ok().json(&*view))
+    state_body(&view)
 }
 
 /// A seat's own state and board.
@@ -257,7 +258,18 @@ pub async fn seat_view(
         .hub
         .state(&inbox, &game, Viewer::Seat(auth.seat))
         .await?;
-    Ok(HttpResponse::Ok().json(&*view))
+    state_body(&view)
+}
+
+/// A state read as the body of a response: the text its WebSocket frame holds (a state
+/// read again unchanged is kept with its frame), not serialized once more.
+fn state_body(view: &SharedState) -> Result<HttpResponse, ApiError> {
+    let frame = view
+        .frame()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(HttpResponse::Ok()
+        .content_type(ContentType::json())
+        .body(frame.state_json()))
 }
 
 /// The accepted chain as JSON Lines, which `pipehub verify` accepts.

@@ -89,6 +89,15 @@ impl StateFrame {
         self.frame.clone()
     }
 
+    /// The state alone, without the type tag: the JSON its service serialized, as an HTTP
+    /// read answers it (copied out of the frame, not serialized again).
+    pub fn state_json(&self) -> String {
+        match self.frame[STATE_HEAD.len()..].strip_prefix(',') {
+            Some(fields) => format!("{{{fields}"),
+            None => "{}".to_string(),
+        }
+    }
+
     /// The frame with the mover's `ref` after the type tag.
     pub fn with_ref(&self, reference: &Ref) -> ByteString {
         let rest = &self.frame[STATE_HEAD.len()..];
@@ -176,6 +185,17 @@ mod tests {
         match ClientIn::parse(&text) {
             Ok(ClientIn::Resign { reference: Some(r) }) => r,
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_frame_gives_back_its_state_as_it_was_serialized() {
+        for state in [
+            json!({"inbox": "i", "seq": 3, "board": "a\n\"b\"", "view": {"cells": [[null]]}}),
+            json!({}),
+        ] {
+            let frame = StateFrame::encode(Some(3), &state).expect("an object");
+            assert_eq!(frame.state_json(), state.to_string());
         }
     }
 
