@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::client::{HubClient, Seated};
 use super::seat::{is_custodial, Ctx, SeatHandle, Snapshot};
-use super::store::{SeatRecord, Store, ASKED_KEEP};
+use super::store::{Kept, SeatRecord, Store, ASKED_KEEP};
 use super::{state, watch, AgentError, Config};
 use crate::game::custody;
 
@@ -82,8 +82,11 @@ impl Agent {
     pub async fn open(config: Config) -> Result<Arc<Agent>, AgentError> {
         let store = Store::open(&config.state_dir)?;
         let client = HubClient::new(&config.hub)?;
-        let (mut records, damaged) = store.load(client.base())?;
-        let elsewhere = store.elsewhere(client.base())?;
+        let Kept {
+            seats: mut records,
+            damaged,
+            elsewhere,
+        } = store.load(client.base())?;
         // Seat X first: should two records of one game remain (an agent of an earlier
         // release could redeem its own code), the seat it made is the one it keeps.
         records.sort_by_key(|r| r.seat != "X");

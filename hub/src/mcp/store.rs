@@ -321,40 +321,40 @@ impl Store {
         Ok(records)
     }
 
-    /// Every complete seat (game and token known) of the hub `hub`.
-    /// Also returns the names of the seat files it could not read (damaged, cut short):
-    /// their games cannot be played from here, and the person should hear of it.
-    pub fn load(&self, hub: &str) -> std::io::Result<(Vec<SeatRecord>, Vec<String>)> {
-        let mut seats = Vec::new();
-        let mut damaged = Vec::new();
+    /// What an agent of the hub `hub` starts from, in one reading of the directory.
+    pub fn load(&self, hub: &str) -> std::io::Result<Kept> {
+        let mut kept = Kept::default();
         for read in self.records()? {
             match read {
-                Ok(r) if r.hub == hub && r.game.is_some() && r.token.is_some() => seats.push(r),
-                Ok(_) => {}
+                Ok(r) if r.game.is_none() || r.token.is_none() => {}
+                Ok(r) if r.hub == hub => kept.seats.push(r),
+                Ok(r) => kept
+                    .elsewhere
+                    .push((r.hub.clone(), r.game.clone().unwrap_or_default())),
                 Err(name) => {
                     tracing::warn!(file = %self.dir.join(&name).display(), "an unreadable seat file");
-                    damaged.push(name);
+                    kept.damaged.push(name);
                 }
             }
         }
-        damaged.sort();
-        Ok((seats, damaged))
+        kept.damaged.sort();
+        kept.elsewhere.sort();
+        Ok(kept)
     }
+}
 
-    /// The complete seats kept here for hubs other than `hub`, as (hub, game), sorted: an
-    /// agent started with `--hub` written another way does not play them, and says so
-    /// rather than let the person think them lost.
-    pub fn elsewhere(&self, hub: &str) -> std::io::Result<Vec<(String, String)>> {
-        let mut seats: Vec<(String, String)> = self
-            .records()?
-            .into_iter()
-            .flatten()
-            .filter(|r| r.hub != hub && r.token.is_some())
-            .filter_map(|r| Some((r.hub.clone(), r.game.clone()?)))
-            .collect();
-        seats.sort();
-        Ok(seats)
-    }
+/// The seats a state directory keeps, as an agent starting on one hub sees them.
+#[derive(Debug, Default)]
+pub struct Kept {
+    /// Every complete seat (game and token known) of this hub.
+    pub seats: Vec<SeatRecord>,
+    /// The names of the seat files that could not be read (damaged, cut short): their
+    /// games cannot be played from here, and the person should hear of it.
+    pub damaged: Vec<String>,
+    /// The complete seats of other hubs, as (hub, game), sorted: an agent started with
+    /// `--hub` written another way does not play them, and says so rather than let the
+    /// person think them lost.
+    pub elsewhere: Vec<(String, String)>,
 }
 
 #[cfg(unix)]
@@ -476,17 +476,28 @@ mod tests {
         let store = Store::open(tmp.path()).expect("opens");
         let mut a = SeatRecord::mint("http://h", "lobby", Seat::X, Some("p".into()));
         store.save(&a).expect("saves before posting");
-        assert!(store.load("http://h").expect("loads").0.is_empty());
+        assert!(store.load("http://h").expect("loads").seats.is_empty());
         a.game = Some("g1".into());
         a.token = Some("t".into());
         store.save(&a).expect("saves");
-        let other = SeatRecord::mint("http://other", "lobby", Seat::O, None);
+        let mut other = SeatRecord::mint("http://other", "lobby", Seat::O, None);
         store.save(&other).expect("saves");
-        let (loaded, damaged) = store.load("http://h").expect("loads");
-        assert_eq!(loaded.len(), 1);
-        assert_eq!(loaded[0].public_key(), a.public_key());
-        assert!(!format!("{:?}", loaded[0]).contains(&a.key));
-        assert!(damaged.is_empty());
+        let kept = store.load("http://h").expect("loads");
+        assert_eq!(kept.seats.len(), 1);
+        assert_eq!(kept.seats[0].public_key(), a.public_key());
+        assert!(!format!("{:?}", kept.seats[0]).contains(&a.key));
+        assert!(kept.damaged.is_empty());
+        // Another hub's seat is named once it is complete, and never played here.
+        assert!(kept.elsewhere.is_empty());
+        other.game = Some("g2".into());
+        other.token = Some("u".into());
+        store.save(&other).expect("saves");
+        let kept = store.load("http://h").expect("loads");
+        assert_eq!(kept.seats.len(), 1);
+        assert_eq!(
+            kept.elsewhere,
+            [("http://other".to_string(), "g2".to_string())]
+        );
         // A file cut short, or whose key is not one, is named, not silently passed over.
         let cut = store.dir().join("seat-cut.json");
         fs::write(&cut, b"{\"hub\": \"http://h\", \"inb").expect("written");
@@ -510,8 +521,8 @@ mod tests {
             serde_json::to_vec(&flipped).expect("json"),
         )
         .expect("written");
-        let (loaded, damaged) = store.load("http://h").expect("loads");
-        assert!(loaded.is_empty());
+        let Kept { seats, damaged, .. } = store.load("http://h").expect("loads");
+        assert!(seats.is_empty());
         let mut expected = vec![
             a.file_name(),
             "seat-badkey.json".into(),
