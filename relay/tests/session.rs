@@ -143,24 +143,34 @@ impl Games for Script {
             self.seen().await;
             return Ok(Outcome::Accepted(self.frame(Some(seat.seat), now + 1)));
         }
-        if mv["hold"] == true {
+        if let Some(choice) = mv["hold"].as_str() {
             // A rock-paper-scissors choice held for the seat's commit turn: no event, the
             // seat's own view alone shows it, at the seq it had, published to the room
             // (every socket of that seat) as the mover is answered with it.
-            let held = StateFrame::encode(
-                Some(now),
-                &json!({"game": "g", "seat": seat.seat.as_str(), "seq": now, "held": true}),
-            )
-            .expect("an object");
-            let mut views = Views::default();
-            match seat.seat {
-                Seat::X => views.x = Some(held.clone()),
-                Seat::O => views.o = Some(held.clone()),
-            }
-            let delivery = Delivery {
-                cause: Cause::Held { seat: seat.seat },
-                views,
+            let held = |choice: &str| {
+                let frame = StateFrame::encode(
+                    Some(now),
+                    &json!({"game": "g", "seat": seat.seat.as_str(), "seq": now, "held": choice}),
+                )
+                .expect("an object");
+                let mut views = Views::default();
+                match seat.seat {
+                    Seat::X => views.x = Some(frame.clone()),
+                    Seat::O => views.o = Some(frame.clone()),
+                }
+                let delivery = Delivery {
+                    cause: Cause::Held { seat: seat.seat },
+                    views,
+                };
+                (frame, delivery)
             };
+            if let Some(first) = mv["after"].as_str() {
+                // The seat's other tab chose `first` a moment before: its publication
+                // reaches this socket while its own choice is in flight.
+                self.rooms.publish("i", "g", held(first).1);
+                self.seen().await;
+            }
+            let (held, delivery) = held(choice);
             if let Some(late) = &self.late {
                 late.lock().expect("not poisoned").push(delivery);
             } else {
@@ -460,10 +470,10 @@ async fn a_held_choice_reaches_every_socket_of_its_seat_once_whichever_comes_fir
         let mut o = seated(&served.url, "to").await;
         send(
             &mut x,
-            json!({"t": "game.move", "move": {"hold": true}, "ref": "h"}),
+            json!({"t": "game.move", "move": {"hold": "rock"}, "ref": "h"}),
         )
         .await;
-        let held = json!({"t": "game.state", "game": "g", "seat": "X", "seq": 0, "held": true});
+        let held = json!({"t": "game.state", "game": "g", "seat": "X", "seq": 0, "held": "rock"});
         let mut with_ref = held.clone();
         with_ref["ref"] = json!("h");
         assert_eq!(recv(&mut x).await, with_ref, "late: {late}");
@@ -482,6 +492,35 @@ async fn a_held_choice_reaches_every_socket_of_its_seat_once_whichever_comes_fir
         );
         assert_eq!(recv(&mut x_tab).await["seq"], 1, "late: {late}");
     }
+}
+
+#[actix_rt::test]
+async fn a_choice_that_overtook_another_tabs_is_what_the_socket_shows_last() {
+    // Paper from the other tab, then rock from this socket: the hub holds rock. The
+    // socket was answered with rock while paper's publication waited for the answer, and
+    // remembered rock as shown; rock's own publication, arriving after, was then dropped as
+    // a duplicate, and the socket kept showing paper.
+    let served = serve_recording(100, Heartbeat::default(), true).await;
+    let mut x = seated(&served.url, "tx").await;
+    send(
+        &mut x,
+        json!({"t": "game.move", "move": {"hold": "rock", "after": "paper"}, "ref": "h"}),
+    )
+    .await;
+    let mut shown = Vec::new();
+    while shown.last().is_none_or(|s: &Value| s["held"] != "rock") {
+        let frame = next(&mut x, WAIT).await;
+        let Some(frame) = frame else {
+            panic!("the socket shows {shown:?}, not the rock the hub holds");
+        };
+        shown.push(frame);
+        served.publish_late().await;
+    }
+    // Each choice was shown once, the move's ref on one of them.
+    let held: Vec<_> = shown.iter().map(|s| s["held"].clone()).collect();
+    assert_eq!(held, [json!("paper"), json!("rock")], "{shown:?}");
+    let refs = shown.iter().filter(|s| s.get("ref").is_some()).count();
+    assert_eq!(refs, 1, "{shown:?}");
 }
 
 #[actix_rt::test]

@@ -203,6 +203,11 @@ impl Session {
     /// Sends the answer to this socket's move and whatever was held back meanwhile, in the
     /// order of their seq, the answer's state carrying the mover's ref. An answer no newer
     /// than what was shown before the hold puts its ref on the newest state instead.
+    ///
+    /// What the socket is left showing is the last frame sent, which is not always the
+    /// answer: of two states of one seq (a seat's held choice, and another tab's choice
+    /// just before it), the publication goes out in its place. It is remembered as shown,
+    /// so that the other's publication, when it comes, is not taken for a duplicate.
     fn release(&mut self, answer: StateFrame, reference: Option<&Ref>) {
         let Some(watch) = &mut self.watch else {
             return self.send(answer.to_frame(reference));
@@ -212,23 +217,30 @@ impl Session {
             return self.show(Ok(answer), reference);
         }
         let fresh = answer.seq() > watch.held_after;
-        watch.adopt(answer.clone());
         let mut answer = fresh.then_some(answer);
         let last = held.len() - 1;
+        let mut shown = None;
         for (i, frame) in held.into_iter().enumerate() {
             if let Some(a) = answer.take_if(|a| a.seq() <= frame.seq()) {
-                if a.seq() == frame.seq() {
+                if a.seq() < frame.seq() {
+                    self.send(a.to_frame(reference));
+                } else {
                     self.send(frame.to_frame(reference));
+                    shown = Some(frame);
                     continue;
                 }
-                self.send(a.to_frame(reference));
             }
             // Not fresh: the ref goes on the newest state.
             let carries = i == last && !fresh;
             self.send(frame.to_frame(reference.filter(|_| carries)));
+            shown = Some(frame);
         }
         if let Some(a) = answer {
             self.send(a.to_frame(reference));
+            shown = Some(a);
+        }
+        if let (Some(watch), Some(shown)) = (&mut self.watch, shown) {
+            watch.adopt(shown);
         }
     }
 
