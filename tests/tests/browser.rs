@@ -721,6 +721,14 @@ async fn rock_paper_scissors(
     screenshot(&x, "x-rock-paper-scissors-end").await;
 }
 
+/// Sets the width of the page's column (a CSS length; "" for the page's own).
+async fn column_width(c: &Client, width: &str) {
+    let set = format!(
+        "(() => {{ document.querySelector('main').style.maxWidth = '{width}'; return true; }})()"
+    );
+    eval(c, &set).await;
+}
+
 /// A game of connect-four that ends when O resigns.
 async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
     click(&x, "#leave").await;
@@ -769,18 +777,10 @@ async fn connect_four_resigned(x: Client, o: Client, inbox: &str) {
     // In a column too narrow for the board, it scrolls sideways, and a line says so.
     let wide = "!document.getElementById('board-wide').hidden";
     assert_eq!(eval(&x, wide).await, json!(false));
-    eval(
-        &x,
-        "(() => { document.querySelector('main').style.maxWidth = '150px'; return true; })()",
-    )
-    .await;
+    column_width(&x, "150px").await;
     wait_eq(&x, "X", wide, json!(true)).await;
     screenshot(&x, "x-board-wider-than-its-column").await;
-    eval(
-        &x,
-        "(() => { document.querySelector('main').style.maxWidth = ''; return true; })()",
-    )
-    .await;
+    column_width(&x, "").await;
     wait_eq(&x, "X", wide, json!(false)).await;
     // Back in the lobby the seat is kept under "Your games", and resumes the game.
     click(&x, "#leave").await;
