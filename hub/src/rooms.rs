@@ -87,7 +87,8 @@ impl Publication {
 }
 
 /// The fan-out interface. Actors call [`Rooms::publish`] once per accepted event (and once
-/// per held choice, with that seat's view alone); it must not block (the actor is adjudicating other events meanwhile).
+/// per held choice, with that seat's view alone); it must not block (the actor is
+/// adjudicating other events meanwhile).
 pub trait Rooms: Send + Sync {
     fn publish(&self, publication: Publication);
 

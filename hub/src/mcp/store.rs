@@ -326,11 +326,11 @@ impl Store {
         let mut kept = Kept::default();
         for read in self.records()? {
             match read {
-                Ok(r) if r.game.is_none() || r.token.is_none() => {}
-                Ok(r) if r.hub == hub => kept.seats.push(r),
-                Ok(r) => kept
-                    .elsewhere
-                    .push((r.hub.clone(), r.game.clone().unwrap_or_default())),
+                Ok(r) => match (&r.game, &r.token) {
+                    (Some(_), Some(_)) if r.hub == hub => kept.seats.push(r),
+                    (Some(game), Some(_)) => kept.elsewhere.push((r.hub.clone(), game.clone())),
+                    _ => {}
+                },
                 Err(name) => {
                     tracing::warn!(file = %self.dir.join(&name).display(), "an unreadable seat file");
                     kept.damaged.push(name);
